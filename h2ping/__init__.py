@@ -1,0 +1,7 @@
+"""h2ping: an HTTP/1.1 to HTTP/2 forwarding proxy that keeps silent requests alive."""
+
+from .config import Config
+from .proxy import Proxy, Stats
+
+__all__ = ["Config", "Proxy", "Stats"]
+__version__ = "0.1.0"

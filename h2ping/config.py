@@ -1,0 +1,236 @@
+"""Settings: one frozen dataclass, validated on construction.
+
+This is the only place where defaults live. The command line (``flags.py``) and
+the embedding API both build a :class:`Config`; every check of a value happens
+here so both get the same errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+#: AWS Global Accelerator cuts a flow after this long without application bytes.
+MIDDLEBOX_IDLE_SECONDS = 340.0
+#: The load balancer behind it closes client connections at about this age.
+MAX_CONN_AGE_CEILING_SECONDS = 3600.0
+
+
+class ConfigError(ValueError):
+    """A setting has a bad value. ``setting`` names it, the message says why."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
+        self.reason = message
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)", re.ASCII)
+_BARE_SECONDS = re.compile(r"\d+(?:\.\d*)?|\.\d+", re.ASCII)
+_UNIT_SECONDS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_duration(text: str) -> float:
+    """Parse a Go duration (``60s``, ``1m30s``, ``500ms``) or bare seconds into seconds.
+
+    Negative durations are rejected: no setting of ours has a meaning for them.
+    """
+    s = text.strip()
+    if not s:
+        raise ValueError("empty duration")
+    # Bare seconds; a plain pattern, since float() would also take "1_000" or "1e3".
+    if _BARE_SECONDS.fullmatch(s):
+        value = float(s)
+        if value == float("inf"):
+            raise ValueError(f"invalid duration {text!r}: too large")
+        return value
+    if s.startswith("-"):
+        raise ValueError(f"invalid duration {text!r}: must not be negative")
+    if s.startswith("+"):
+        s = s[1:]
+    if s == "0":
+        return 0.0
+    pos = 0
+    total = 0.0
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None:
+            raise ValueError(
+                f"invalid duration {text!r}: use Go syntax such as 60s, 1m30s or 500ms"
+            )
+        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+        pos = m.end()
+    if total == float("inf"):
+        raise ValueError(f"invalid duration {text!r}: too large")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """Render seconds the way Go prints a duration, for help text and logs."""
+    if seconds == 0:
+        return "0s"
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    whole = int(seconds)
+    frac = seconds - whole
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    out = ""
+    if hours:
+        out += f"{hours}h"
+    if hours or minutes:
+        out += f"{minutes}m"
+    out += f"{secs + frac:g}s"
+    return out
+
+
+@dataclass(frozen=True)
+class HostPort:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+def parse_listen(text: str) -> HostPort:
+    """``host:port`` or ``[v6]:port``; an empty host means all interfaces, as in Go."""
+    s = text.strip()
+    if s.startswith("["):
+        end = s.find("]")
+        if end < 0 or not s[end + 1 :].startswith(":"):
+            raise ValueError(f"invalid address {text!r}: expected [host]:port")
+        host, port_text = s[1:end], s[end + 2 :]
+    else:
+        host, sep, port_text = s.rpartition(":")
+        if not sep:
+            raise ValueError(f"invalid address {text!r}: expected host:port")
+        if ":" in host:
+            raise ValueError(f"invalid address {text!r}: put IPv6 hosts in brackets")
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"invalid port in {text!r}: expected 0-65535")
+    return HostPort(host or "0.0.0.0", int(port_text))
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where requests go. Only scheme, host and port are kept; paths stay per request."""
+
+    scheme: str  # "https" (TLS + ALPN h2) or "http" (h2c with prior knowledge)
+    host: str
+    port: int
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme == "https"
+
+    @property
+    def authority(self) -> str:
+        """The ``:authority`` sent upstream: the default port is left out."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.tls else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.authority}"
+
+
+def parse_upstream(text: str) -> Upstream:
+    try:
+        parts = urlsplit(text.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"invalid URL {text!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("https", "http"):
+        raise ValueError(f"invalid URL {text!r}: scheme must be https:// (or http:// for h2c)")
+    if not parts.hostname:
+        raise ValueError(f"invalid URL {text!r}: no host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"invalid URL {text!r}: credentials in the URL are not supported")
+    if port == 0:
+        raise ValueError(f"invalid URL {text!r}: port 0")
+    return Upstream(scheme, parts.hostname, port or (443 if scheme == "https" else 80))
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+@dataclass(frozen=True)
+class Config:
+    upstream: Upstream
+    listen: HostPort = field(default_factory=lambda: HostPort("127.0.0.1", 1250))
+    ping_interval: float = 60.0
+    ping_timeout: float = 15.0
+    shutdown_grace: float = 60.0
+    retry_body_limit: int = 16 * 1024 * 1024
+    max_conn_age: float = 50 * 60.0
+    insecure_skip_verify: bool = False
+    ca_file: str | None = None
+    connect_timeout: float = 10.0
+    name: str = ""
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        for setting, value in (
+            ("ping-interval", self.ping_interval),
+            ("ping-timeout", self.ping_timeout),
+            ("shutdown-grace", self.shutdown_grace),
+            ("max-conn-age", self.max_conn_age),
+            ("connect-timeout", self.connect_timeout),
+        ):
+            if value != value or value in (float("inf"), float("-inf")):
+                raise ConfigError(setting, "must be a finite duration")
+        if self.ping_interval < 0:
+            raise ConfigError("ping-interval", "must not be negative")
+        if self.ping_interval >= MIDDLEBOX_IDLE_SECONDS:
+            raise ConfigError(
+                "ping-interval",
+                f"must be below {MIDDLEBOX_IDLE_SECONDS:g}s, the middlebox idle timer "
+                "(0 disables PINGs)",
+            )
+        if self.ping_timeout <= 0:
+            raise ConfigError("ping-timeout", "must be greater than 0")
+        if self.shutdown_grace < 0:
+            raise ConfigError("shutdown-grace", "must not be negative")
+        if self.retry_body_limit < 0:
+            raise ConfigError("retry-body-limit", "must not be negative (0 disables)")
+        if self.max_conn_age < 0 or self.max_conn_age >= MAX_CONN_AGE_CEILING_SECONDS:
+            raise ConfigError(
+                "max-conn-age",
+                f"must be below {format_duration(MAX_CONN_AGE_CEILING_SECONDS)}, "
+                "the load balancer's keep-alive (0s disables)",
+            )
+        if self.connect_timeout <= 0:
+            raise ConfigError("connect-timeout", "must be greater than 0")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError("log-level", f"must be one of {', '.join(LOG_LEVELS)}")
+
+    @property
+    def instance_name(self) -> str:
+        """The name in log lines: ``--name``, else the upstream host."""
+        return self.name or self.upstream.host
+
+    def replace(self, **changes: object) -> Config:
+        return dataclasses.replace(self, **changes)

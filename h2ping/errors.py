@@ -1,0 +1,38 @@
+"""Why a request could not be forwarded, in the words of RFC 9209 (Proxy-Status).
+
+The HTTP/2 side raises these; the exchange turns them into a 502 with a
+``Proxy-Status`` header, or into an aborted client connection when the response
+has already started.
+"""
+
+from __future__ import annotations
+
+
+class UpstreamError(Exception):
+    """A failure on the upstream side.
+
+    ``error`` is an RFC 9209 error type (section 2.3), ``detail`` a short plain text
+    for logs and the ``details`` parameter. ``retryable`` marks failures where the
+    upstream certainly did not process the request (GOAWAY above last_stream_id,
+    REFUSED_STREAM): only those may be replayed.
+    """
+
+    def __init__(self, error: str, detail: str, *, retryable: bool = False) -> None:
+        super().__init__(f"{error}: {detail}")
+        self.error = error
+        self.detail = detail
+        self.retryable = retryable
+
+
+# RFC 9209 section 2.3 error types used by h2ping.
+DNS_ERROR = "dns_error"
+DESTINATION_UNAVAILABLE = "destination_unavailable"
+CONNECTION_REFUSED = "connection_refused"
+CONNECTION_TIMEOUT = "connection_timeout"
+CONNECTION_TERMINATED = "connection_terminated"
+TLS_PROTOCOL_ERROR = "tls_protocol_error"
+TLS_CERTIFICATE_ERROR = "tls_certificate_error"
+HTTP_PROTOCOL_ERROR = "http_protocol_error"
+HTTP_RESPONSE_INCOMPLETE = "http_response_incomplete"
+HTTP_REQUEST_ERROR = "http_request_error"
+PROXY_INTERNAL_ERROR = "proxy_internal_error"

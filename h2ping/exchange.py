@@ -1,0 +1,251 @@
+"""One request end to end: where the HTTP/1.1 side and the HTTP/2 side meet.
+
+An :class:`Exchange` is the listener's request handler and the upstream stream's
+sink. Its task only waits for a stream slot and for the outcome; body bytes flow
+through callbacks in both directions, so there is no task or copy per chunk.
+
+Request bodies up to ``retry_body_limit`` are kept until response headers arrive,
+so a stream the upstream refused without processing it (REFUSED_STREAM, or above
+a GOAWAY's last_stream_id) can be replayed on another connection. Nothing else is
+replayed: the upstream may have acted on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from . import errors
+from .errors import UpstreamError
+from .headers import Header, request_headers, response_head
+from .listener import RECV_HIGH_WATER, Request, ResponseWriter
+from .upstream import UpstreamStream
+
+if TYPE_CHECKING:
+    from .proxy import Proxy
+
+log = logging.getLogger("h2ping.exchange")
+
+#: How often one request may be replayed after refusals before it fails.
+MAX_REPLAYS = 3
+PROXY_NAME = "h2ping"
+
+
+def proxy_status(error: UpstreamError) -> str:
+    """The ``Proxy-Status`` field value (RFC 9209) for an upstream failure."""
+    detail = error.detail.replace("\\", "\\\\").replace('"', '\\"')
+    detail = "".join(c if " " <= c <= "~" else "?" for c in detail)
+    return f'{PROXY_NAME}; error={error.error}; details="{detail}"'
+
+
+class Exchange:
+    """Forwards one request and its response."""
+
+    __slots__ = (
+        "_attempt",
+        "_body_ended",
+        "_done",
+        "_kept",
+        "_kept_bytes",
+        "_proxy",
+        "_replayable",
+        "_request",
+        "_stream",
+        "_task",
+        "_unacked",
+        "_unsent",
+        "_unsent_bytes",
+        "_writer",
+        "conn_id",
+    )
+
+    def __init__(self, proxy: Proxy, request: Request, writer: ResponseWriter) -> None:
+        self._proxy = proxy
+        self._request = request
+        self._writer = writer
+        self._task: asyncio.Task[None] | None = None
+        self._stream: UpstreamStream | None = None
+        self._done: asyncio.Future[None] | None = None
+        self._body_ended = not request.has_body
+        self._unsent: list[bytes] = []  # body received before a stream existed
+        self._unsent_bytes = 0
+        self._kept: list[bytes] = []  # the whole body so far, while it may be replayed
+        self._kept_bytes = 0
+        self._replayable = True
+        self._unacked = 0  # response bytes written to the client, credit not yet returned
+        self._attempt = 0
+        self.conn_id = 0
+
+    # ----------------------------------------------------------------- listener side
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._proxy.exchanges.add(self)
+
+    def feed_body(self, data: bytes) -> None:
+        if self._replayable:
+            if self._kept_bytes + len(data) <= self._proxy.config.retry_body_limit:
+                self._kept.append(data)
+                self._kept_bytes += len(data)
+            else:
+                # Too large to keep: it streams through and cannot be replayed.
+                self._replayable = False
+                self._kept.clear()
+                self._kept_bytes = 0
+        stream = self._stream
+        if stream is not None:
+            stream.send(data)
+            if stream.pending_bytes > RECV_HIGH_WATER:
+                self._writer.pause_reading()
+        else:
+            self._unsent.append(data)
+            self._unsent_bytes += len(data)
+            if self._unsent_bytes > RECV_HIGH_WATER:
+                self._writer.pause_reading()
+
+    def end_body(self) -> None:
+        self._body_ended = True
+        if self._stream is not None:
+            self._stream.end()
+
+    def client_drained(self) -> None:
+        if self._unacked and self._stream is not None:
+            self._stream.ack(self._unacked)
+        self._unacked = 0
+
+    def cancel(self) -> None:
+        """The client went away: stop everything, leave nothing behind."""
+        if self._stream is not None:
+            self._stream.cancel()
+            self._stream = None
+        if self._task is not None:
+            self._task.cancel()
+        self._release_body()
+
+    # ----------------------------------------------------------------- stream side
+
+    def on_response(self, headers: list[Header], end_stream: bool) -> None:
+        status, fields = response_head(headers)
+        # Headers mean the upstream took the request: no replay from here on.
+        self._release_body()
+        self._writer.start(status, fields, has_body=not end_stream)
+
+    def on_data(self, data: bytes, flow_controlled_length: int) -> None:
+        self._writer.write(data)
+        if self._writer.paused:
+            # Returned as the client drains (client_drained), so a slow client
+            # holds back its own stream only.
+            self._unacked += flow_controlled_length
+        elif self._stream is not None:
+            self._stream.ack(flow_controlled_length)
+
+    def on_end(self) -> None:
+        self._stream = None
+        self._writer.end()
+        if self._done is not None and not self._done.done():
+            self._done.set_result(None)
+
+    def on_error(self, error: UpstreamError) -> None:
+        self._stream = None
+        if self._done is not None and not self._done.done():
+            self._done.set_exception(error)
+
+    def on_send_ready(self) -> None:
+        self._writer.resume_reading()
+
+    # ----------------------------------------------------------------- the task
+
+    async def _run(self) -> None:
+        request = self._request
+        proxy = self._proxy
+        try:
+            fields = request_headers(
+                request.method, request.target, request.headers, proxy.config.upstream
+            )
+            while True:
+                try:
+                    await self._attempt_once(fields)
+                    return
+                except UpstreamError as exc:
+                    if not self._may_replay(exc):
+                        self._fail(exc)
+                        return
+                    self._attempt += 1
+                    proxy.stats.replays += 1
+                    log.info(
+                        "%s conn=%d: replaying (%s), attempt %d",
+                        request.describe(),
+                        self.conn_id,
+                        exc.detail,
+                        self._attempt + 1,
+                    )
+        except asyncio.CancelledError:
+            if self._stream is not None:
+                self._stream.cancel()
+                self._stream = None
+            raise
+        except Exception as exc:  # a bug of ours must not take the process down
+            log.exception("%s: internal error", request.describe())
+            self._fail(UpstreamError(errors.PROXY_INTERNAL_ERROR, type(exc).__name__))
+        finally:
+            self._release_body()
+            proxy.exchanges.discard(self)
+
+    async def _attempt_once(self, fields: list[Header]) -> None:
+        conn = await self._proxy.pool.acquire()
+        self.conn_id = conn.id
+        self._done = asyncio.get_running_loop().create_future()
+        body = self._kept if self._attempt else self._unsent
+        end_now = self._body_ended and not any(body)
+        stream = conn.open_stream(fields, self, end_stream=end_now)
+        self._stream = stream
+        if self._request.expect_continue and not self._body_ended:
+            self._writer.send_continue()
+        for chunk in body:
+            stream.send(chunk)
+        self._unsent.clear()
+        self._unsent_bytes = 0
+        if self._body_ended and not end_now:
+            stream.end()
+        if stream.pending_bytes < RECV_HIGH_WATER:
+            self._writer.resume_reading()
+        await self._done
+
+    def _may_replay(self, error: UpstreamError) -> bool:
+        return (
+            error.retryable
+            and self._replayable
+            and not self._writer.started
+            and self._attempt < MAX_REPLAYS
+        )
+
+    def _fail(self, error: UpstreamError) -> None:
+        request = self._request
+        if self._writer.started:
+            log.warning(
+                "%s conn=%d: response aborted after headers: %s",
+                request.describe(),
+                self.conn_id,
+                error,
+            )
+            self._proxy.stats.aborted += 1
+            self._writer.abort()
+            return
+        if error.retryable and not self._replayable:
+            error = UpstreamError(
+                error.error,
+                f"{error.detail}; not retried: request body larger than retry-body-limit",
+            )
+        elif error.retryable:
+            error = UpstreamError(
+                error.error, f"{error.detail}; gave up after {self._attempt} replays"
+            )
+        log.warning("%s conn=%d: 502 %s", request.describe(), self.conn_id, error)
+        self._proxy.stats.failed += 1
+        self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))
+
+    def _release_body(self) -> None:
+        self._kept.clear()
+        self._kept_bytes = 0
+        self._replayable = self._replayable and not self._writer.started

@@ -1,0 +1,103 @@
+"""HTTP/1.1 <-> HTTP/2 header mapping (RFC 9110 section 7.6.1, RFC 9113 section 8.2).
+
+Headers travel as ``(name, value)`` byte pairs, the form httptools produces and h2
+accepts without re-encoding. HTTP/2 names are lowercase; HTTP/1.1 hop-by-hop fields
+describe one connection and must not cross the proxy. Everything else, credentials
+included, passes byte-for-byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .config import Upstream
+
+Header = tuple[bytes, bytes]
+
+#: Fields that only describe the client's HTTP/1.1 connection (RFC 9110 7.6.1,
+#: RFC 9113 8.2.2). ``host`` becomes ``:authority``; ``expect`` is answered by the
+#: listener itself; ``http2-settings`` only exists for the h2c upgrade dance.
+HOP_BY_HOP: frozenset[bytes] = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+        b"te",
+        b"host",
+        b"expect",
+        b"http2-settings",
+    }
+)
+
+#: Response fields HTTP/2 forbids; a peer that sends them anyway is not obeyed.
+_RESPONSE_CONNECTION_FIELDS: frozenset[bytes] = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
+)
+
+
+def _connection_tokens(headers: Iterable[Header]) -> set[bytes]:
+    """Names listed in ``Connection``: also hop-by-hop for this message."""
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return tokens
+
+
+def request_path(target: bytes) -> bytes:
+    """The ``:path`` for a request target.
+
+    Origin-form passes as is; absolute-form keeps only path and query, because the
+    request always goes to the configured upstream, never to the host in the URL.
+    """
+    if target.startswith(b"/") or target == b"*":
+        return target
+    scheme_end = target.find(b"://")
+    if scheme_end < 0:
+        return target
+    path_start = target.find(b"/", scheme_end + 3)
+    query_start = target.find(b"?", scheme_end + 3)
+    if path_start < 0 or (0 <= query_start < path_start):
+        return b"/" + target[query_start:] if query_start >= 0 else b"/"
+    return target[path_start:]
+
+
+def request_headers(
+    method: bytes, target: bytes, headers: list[Header], upstream: Upstream
+) -> list[Header]:
+    """Map a parsed HTTP/1.1 request head to an HTTP/2 header list."""
+    dropped = _connection_tokens(headers)
+    out: list[Header] = [
+        (b":method", method),
+        (b":scheme", upstream.scheme.encode()),
+        (b":authority", upstream.authority.encode()),
+        (b":path", request_path(target)),
+    ]
+    for name, value in headers:
+        lname = name.lower()
+        if lname == b"te":
+            # The only TE an HTTP/2 request may carry (RFC 9113 8.2.2).
+            if b"trailers" in (t.strip().lower() for t in value.split(b",")):
+                out.append((b"te", b"trailers"))
+            continue
+        if lname in HOP_BY_HOP or lname in dropped:
+            continue
+        out.append((lname, value))
+    return out
+
+
+def response_head(headers: Iterable[Header]) -> tuple[int, list[Header]]:
+    """Split an HTTP/2 response header list into status and HTTP/1.1 fields."""
+    status = 0
+    out: list[Header] = []
+    for name, value in headers:
+        if name[:1] == b":":
+            if name == b":status":
+                status = int(value)
+            continue
+        if name in _RESPONSE_CONNECTION_FIELDS:
+            continue
+        out.append((name, value))
+    return status, out

@@ -1,0 +1,139 @@
+"""Which upstream connection carries the next stream.
+
+The pool only chooses: it hands out a reserved stream slot on an open connection,
+never more than the peer's ``SETTINGS_MAX_CONCURRENT_STREAMS``, and opens another
+connection when none has room. Requests that find no slot wait in arrival order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections import deque
+
+from .config import Config
+from .errors import UpstreamError
+from .upstream import ConnState, UpstreamConnection, connect
+
+log = logging.getLogger("h2ping.pool")
+
+
+class Pool:
+    def __init__(self, config: Config, ssl_context: ssl.SSLContext | None) -> None:
+        self._config = config
+        self._ssl_context = ssl_context
+        self._conns: list[UpstreamConnection] = []
+        self._waiters: deque[asyncio.Future[UpstreamConnection]] = deque()
+        self._connecting: asyncio.Task[None] | None = None
+        self._next_id = 1
+        self._closed = False
+        self.connections_opened = 0
+
+    @property
+    def connections(self) -> list[UpstreamConnection]:
+        return list(self._conns)
+
+    async def acquire(self) -> UpstreamConnection:
+        """Return a connection with one stream slot reserved for the caller.
+
+        The caller must either ``open_stream`` on it or ``release_reservation``.
+        """
+        if self._closed:
+            raise UpstreamError("proxy_internal_error", "proxy is shutting down")
+        if not self._waiters:
+            conn = self._pick()
+            if conn is not None:
+                conn.reserved += 1
+                return conn
+        waiter: asyncio.Future[UpstreamConnection] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._ensure_connecting()
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                waiter.result().release_reservation()
+            else:
+                self._discard(waiter)
+            raise
+
+    def close(self) -> None:
+        """Close every connection (GOAWAY) and fail whoever still waits."""
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+        for conn in list(self._conns):
+            conn.close("proxy shutting down")
+        self._fail_waiters(UpstreamError("proxy_internal_error", "proxy is shutting down"))
+
+    # ----------------------------------------------------------------- internals
+
+    def _pick(self) -> UpstreamConnection | None:
+        # Oldest first: concentrates streams, so spare connections can go idle.
+        for conn in self._conns:
+            if conn.free_slots > 0:
+                return conn
+        return None
+
+    def _on_conn_change(self, conn: UpstreamConnection) -> None:
+        """A connection opened, freed a slot, stopped taking streams or closed."""
+        if conn.state is ConnState.CLOSED and conn in self._conns:
+            self._conns.remove(conn)
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            conn = self._pick()
+            if conn is None:
+                break
+            waiter = self._waiters.popleft()
+            if waiter.done():
+                continue
+            conn.reserved += 1
+            waiter.set_result(conn)
+        if self._waiters:
+            self._ensure_connecting()
+
+    def _ensure_connecting(self) -> None:
+        if self._connecting is None and not self._closed:
+            self._connecting = asyncio.get_running_loop().create_task(self._open())
+
+    async def _open(self) -> None:
+        conn_id = self._next_id
+        self._next_id += 1
+        try:
+            conn = await connect(
+                self._config.upstream,
+                self._ssl_context,
+                conn_id,
+                self._config.connect_timeout,
+                self._on_conn_change,
+            )
+        except UpstreamError as exc:
+            log.warning("conn=%d connect to %s failed: %s", conn_id, self._config.upstream, exc)
+            self._connecting = None
+            self._fail_waiters(exc)
+            return
+        finally:
+            if asyncio.current_task() is self._connecting and self._closed:
+                self._connecting = None
+        self._connecting = None
+        self.connections_opened += 1
+        log.debug("conn=%d open to %s, max streams %d", conn_id, conn.upstream, conn.max_streams)
+        if self._closed:
+            conn.close("proxy shutting down")
+            return
+        self._conns.append(conn)
+        self._wake()
+
+    def _fail_waiters(self, error: UpstreamError) -> None:
+        waiters, self._waiters = self._waiters, deque()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+
+    def _discard(self, waiter: asyncio.Future[UpstreamConnection]) -> None:
+        with contextlib.suppress(ValueError):
+            self._waiters.remove(waiter)

@@ -1,0 +1,147 @@
+"""A running proxy: the listening socket, the pool, and an orderly shutdown.
+
+Usable from a program or a test suite::
+
+    async with Proxy(upstream="https://api.example.com", listen="127.0.0.1:0") as proxy:
+        ...  # send HTTP/1.1 to proxy.url
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import ssl
+from typing import Any
+
+from .config import Config, parse_listen, parse_upstream
+from .exchange import Exchange
+from .listener import ClientConnection, Request, ResponseWriter
+from .pool import Pool
+from .sockets import raise_nofile_limit
+
+log = logging.getLogger("h2ping")
+
+
+@dataclasses.dataclass
+class Stats:
+    """Counters of what happened, readable while the proxy runs."""
+
+    requests: int = 0
+    failed: int = 0  # answered with a 502
+    aborted: int = 0  # client connection cut after response headers
+    replays: int = 0  # refused streams sent again
+
+    def summary(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
+
+
+def make_ssl_context(config: Config) -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    if config.ca_file:
+        context.load_verify_locations(cafile=config.ca_file)
+    if config.insecure_skip_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])  # HTTP/2 only: there is no PING in HTTP/1.1
+    return context
+
+
+class Proxy:
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        **settings: Any,
+    ) -> None:
+        """Build from a :class:`Config`, or from its fields as keywords; ``listen``
+        and ``upstream`` may be given as strings."""
+        if config is None:
+            if isinstance(settings.get("upstream"), str):
+                settings["upstream"] = parse_upstream(settings["upstream"])
+            if isinstance(settings.get("listen"), str):
+                settings["listen"] = parse_listen(settings["listen"])
+            config = Config(**settings)
+        elif settings:
+            config = config.replace(**settings)
+        self.config = config
+        self.stats = Stats()
+        self.exchanges: set[Exchange] = set()
+        self.clients: set[ClientConnection] = set()
+        self._ssl_context = ssl_context
+        self._server: asyncio.Server | None = None
+        self.pool: Pool | None = None  # type: ignore[assignment]
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        host = self.config.listen.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def listen_address(self) -> str:
+        return f"{self.config.listen.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Bind the listening socket (raises ``OSError`` if the port is taken)."""
+        raise_nofile_limit()
+        config = self.config
+        context = self._ssl_context
+        if context is None and config.upstream.tls:
+            context = make_ssl_context(config)
+        self.pool = Pool(config, context)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: ClientConnection(self._new_exchange, self.clients),
+            config.listen.host,
+            config.listen.port,
+            reuse_address=True,
+            backlog=4096,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def _new_exchange(self, request: Request, writer: ResponseWriter) -> Exchange:
+        self.stats.requests += 1
+        return Exchange(self, request, writer)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop accepting, let in-flight requests finish for up to ``grace`` seconds,
+        then cut whatever is left and close the upstream connections."""
+        if grace is None:
+            grace = self.config.shutdown_grace
+        if self._server is not None:
+            self._server.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while True:
+            for client in list(self.clients):
+                client.close_if_idle()
+            if not self.clients or loop.time() >= deadline:
+                break
+            await asyncio.sleep(0.05)
+        if self.clients:
+            log.warning(
+                "shutdown grace of %gs expired: closing %d client connections",
+                grace,
+                len(self.clients),
+            )
+        for client in list(self.clients):
+            client.abort()
+        for exchange in list(self.exchanges):
+            exchange.cancel()
+        if self.pool is not None:
+            self.pool.close()
+        # Let cancelled tasks and closing transports run their last steps.
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    async def __aenter__(self) -> Proxy:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()

@@ -1,0 +1,51 @@
+"""Socket options and process limits shared by both sides of the proxy."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+log = logging.getLogger("h2ping")
+
+#: Keepalive probes (idle 60 s, every 10 s, 3 tries): a second line of defence for
+#: NATs and firewalls that do count probes. Global Accelerator does not; PINGs do.
+KEEPALIVE_IDLE = 60
+KEEPALIVE_INTERVAL = 10
+KEEPALIVE_PROBES = 3
+
+
+def set_tcp_keepalive(sock: socket.socket | None) -> None:
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    # Linux names; other systems keep their own defaults.
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def set_nodelay(sock: socket.socket | None) -> None:
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def raise_nofile_limit() -> int:
+    """Raise the open-file soft limit to the hard limit: each in-flight request
+    holds one client socket. Returns the limit now in force."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit to %d: %s", hard, exc)
+    return soft

@@ -1,0 +1,551 @@
+"""One HTTP/2 connection to the upstream: TLS/ALPN, the h2 state machine, flow control.
+
+The connection is an ``asyncio.Protocol`` that reads all the time (push): every byte
+goes through ``data_received`` to h2 and its events go straight to the stream they
+belong to. Nothing here knows about HTTP/1.1; a stream reports to a
+:class:`StreamSink`, which the exchange implements.
+
+GOAWAY frames are split off the byte stream and handled here instead of by h2,
+because h2 closes its whole state machine on any received GOAWAY, which would fail
+the streams the server has promised to finish (design.md section 5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import socket
+import ssl
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+from h2.errors import ErrorCodes
+
+from . import errors
+from .config import Upstream
+from .errors import UpstreamError
+from .headers import Header
+from .sockets import set_tcp_keepalive
+
+log = logging.getLogger("h2ping.upstream")
+
+#: Receive windows: h2's 65,535-byte defaults throttle a multi-MB response on a long
+#: RTT. A stream may hold this much unread response data (a slow client's share).
+STREAM_WINDOW = 4 * 1024 * 1024
+CONNECTION_WINDOW = 64 * 1024 * 1024
+#: Resume the client's reads once a stream's unsent request body drops below this.
+SEND_LOW_WATER = 64 * 1024
+#: Stop opening streams on a connection close to the 31-bit stream id limit.
+LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
+
+_GOAWAY = 0x7
+_FRAME_HEADER = 9
+
+
+class StreamSink(Protocol):
+    """What a stream tells the request it carries. Called from the event loop."""
+
+    def on_response(self, headers: list[Header], end_stream: bool) -> None: ...
+    def on_data(self, data: bytes, flow_controlled_length: int) -> None: ...
+    def on_end(self) -> None: ...
+    def on_error(self, error: UpstreamError) -> None: ...
+    def on_send_ready(self) -> None: ...
+
+
+class ConnState(enum.Enum):
+    CONNECTING = "connecting"
+    OPEN = "open"  # takes new streams
+    DRAINING = "draining"  # GOAWAY received or retired: finishes what it has
+    CLOSED = "closed"
+
+
+class UpstreamStream:
+    """One request/response on a connection, as seen from the HTTP/2 side."""
+
+    __slots__ = (
+        "_end_pending",
+        "_outq",
+        "closed",
+        "conn",
+        "local_ended",
+        "pending_bytes",
+        "remote_ended",
+        "sink",
+        "stream_id",
+        "unacked",
+    )
+
+    def __init__(self, conn: UpstreamConnection, stream_id: int, sink: StreamSink) -> None:
+        self.conn = conn
+        self.stream_id = stream_id
+        self.sink = sink
+        self._outq: deque[memoryview] = deque()
+        self._end_pending = False
+        self.pending_bytes = 0  # request body queued here, waiting on the peer's windows
+        self.unacked = 0  # response bytes delivered but not yet returned as window credit
+        self.local_ended = False
+        self.remote_ended = False
+        self.closed = False
+
+    def send(self, data: bytes) -> None:
+        """Queue request body bytes; they leave as the peer's windows allow."""
+        if self.closed or self._end_pending or not data:
+            return
+        self._outq.append(memoryview(data))
+        self.pending_bytes += len(data)
+        self.conn._pump(self)
+
+    def end(self) -> None:
+        """The request body is complete (END_STREAM after the queued bytes)."""
+        if self.closed or self._end_pending or self.local_ended:
+            return
+        self._end_pending = True
+        self.conn._pump(self)
+
+    def ack(self, nbytes: int) -> None:
+        """Give ``nbytes`` of response data back to the peer as window credit."""
+        if nbytes <= 0 or self.closed:
+            return
+        self.unacked -= nbytes
+        self.conn._ack(self.stream_id, nbytes)
+
+    def cancel(self, error_code: int = ErrorCodes.CANCEL) -> None:
+        """Abandon the stream (the client went away): RST_STREAM upstream."""
+        if not self.closed:
+            self.conn._reset(self, error_code)
+
+    def __repr__(self) -> str:
+        return f"<stream {self.conn.id}/{self.stream_id}>"
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """An HTTP/2 client connection driven by inbound bytes, never by waiting readers."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        conn_id: int,
+        on_change: Callable[[UpstreamConnection], None],
+    ) -> None:
+        self.upstream = upstream
+        self.id = conn_id
+        self.state = ConnState.CONNECTING
+        self.streams: dict[int, UpstreamStream] = {}
+        self.reserved = 0  # slots promised by the pool but not yet opened
+        self.max_streams = 0  # 0 until the peer's first SETTINGS arrives
+        self.goaway_last_stream_id: int | None = None
+        self.close_reason = ""
+        self._on_change = on_change
+        self._loop = asyncio.get_running_loop()
+        self._ready: asyncio.Future[None] = self._loop.create_future()
+        self._transport: asyncio.Transport | None = None
+        self._inbuf = b""
+        self._flush_scheduled = False
+        self._blocked: set[UpstreamStream] = set()  # streams with body waiting on windows
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        self._h2 = h2.connection.H2Connection(config=config)
+
+    # ----------------------------------------------------------------- capacity
+
+    @property
+    def free_slots(self) -> int:
+        if self.state is not ConnState.OPEN:
+            return 0
+        return self.max_streams - len(self.streams) - self.reserved
+
+    @property
+    def is_idle(self) -> bool:
+        return not self.streams and not self.reserved
+
+    def open_stream(
+        self, headers: list[Header], sink: StreamSink, *, end_stream: bool
+    ) -> UpstreamStream:
+        """Send HEADERS on a slot the pool reserved for the caller."""
+        self.reserved -= 1
+        if self.state is not ConnState.OPEN:
+            # Never sent: safe to try elsewhere.
+            raise UpstreamError(
+                errors.CONNECTION_TERMINATED,
+                f"connection {self.id} stopped taking streams ({self.close_reason})",
+                retryable=True,
+            )
+        stream_id = self._h2.get_next_available_stream_id()
+        self._h2.send_headers(stream_id, headers, end_stream=end_stream)
+        stream = UpstreamStream(self, stream_id, sink)
+        stream.local_ended = end_stream
+        self.streams[stream_id] = stream
+        self._schedule_flush()
+        if stream_id >= LAST_USABLE_STREAM_ID:
+            self._drain("stream ids exhausted")
+        return stream
+
+    def release_reservation(self) -> None:
+        """The pool's promise was not used (the request was cancelled meanwhile)."""
+        self.reserved -= 1
+        self._on_change(self)
+
+    async def wait_ready(self) -> None:
+        await self._ready
+
+    def close(self, reason: str) -> None:
+        """Send GOAWAY(NO_ERROR) and close; streams still open fail."""
+        if self.state is ConnState.CLOSED:
+            return
+        self.close_reason = self.close_reason or reason
+        if self._transport is not None and not self._transport.is_closing():
+            try:
+                self._h2.close_connection()
+                self._flush()
+            except h2.exceptions.ProtocolError:
+                pass
+            self._transport.close()
+        self._fail_all(
+            UpstreamError(errors.CONNECTION_TERMINATED, f"connection closed: {reason}")
+        )
+        self._set_closed(reason)
+
+    # ----------------------------------------------------------------- protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._h2.initiate_connection()
+        self._h2.update_settings(
+            {
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+            }
+        )
+        self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        if self._inbuf:
+            data = self._inbuf + data
+        # Hand h2 whole frames; GOAWAY frames are ours (see module docstring).
+        start = pos = 0
+        end_of_data = len(data)
+        try:
+            while pos + _FRAME_HEADER <= end_of_data:
+                frame_end = pos + _FRAME_HEADER + int.from_bytes(data[pos : pos + 3], "big")
+                if frame_end > end_of_data:
+                    break
+                if data[pos + 3] == _GOAWAY:
+                    if pos > start:
+                        self._receive(data[start:pos])
+                    self._on_goaway(data[pos + _FRAME_HEADER : frame_end])
+                    start = frame_end
+                pos = frame_end
+            if pos > start:
+                self._receive(data[start:pos])
+        except h2.exceptions.ProtocolError as exc:
+            self._protocol_error(str(exc) or type(exc).__name__)
+            return
+        self._inbuf = data[pos:]
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.state is ConnState.CLOSED:
+            return
+        reason = f"connection lost: {exc}" if exc else "connection closed by upstream"
+        if not self._ready.done():
+            self._ready.set_exception(
+                UpstreamError(errors.CONNECTION_TERMINATED, f"{reason} before HTTP/2 SETTINGS")
+            )
+        self._fail_all(UpstreamError(errors.CONNECTION_TERMINATED, reason))
+        self._set_closed(reason)
+
+    # ----------------------------------------------------------------- inbound
+
+    def _receive(self, frames: bytes) -> None:
+        for event in self._h2.receive_data(frames):
+            kind = type(event)
+            if kind is h2.events.DataReceived:
+                self._on_data(event)
+            elif kind is h2.events.ResponseReceived:
+                stream = self.streams.get(event.stream_id)
+                if stream is not None:
+                    stream.sink.on_response(event.headers, event.stream_ended is not None)
+            elif kind is h2.events.StreamEnded:
+                stream = self.streams.get(event.stream_id)
+                if stream is not None:
+                    stream.remote_ended = True
+                    self._on_remote_end(stream)
+            elif kind is h2.events.StreamReset:
+                self._on_reset(event)
+            elif kind is h2.events.WindowUpdated:
+                self._on_window_update(event.stream_id)
+            elif kind is h2.events.RemoteSettingsChanged:
+                self._on_settings(event)
+            elif kind is h2.events.ConnectionTerminated:
+                # Not reached while GOAWAY frames are split off; kept as a backstop.
+                self._protocol_error(f"connection terminated: {event.error_code!r}")
+
+    def _on_data(self, event: h2.events.DataReceived) -> None:
+        stream = self.streams.get(event.stream_id)
+        if stream is None:
+            # Data for a stream we already abandoned still counts against the
+            # connection window: give it back at once.
+            self._ack(event.stream_id, event.flow_controlled_length)
+            return
+        stream.unacked += event.flow_controlled_length
+        stream.sink.on_data(event.data, event.flow_controlled_length)
+
+    def _on_remote_end(self, stream: UpstreamStream) -> None:
+        sink = stream.sink
+        if not stream.local_ended:
+            # A complete response before the whole request body (RFC 9113 8.1):
+            # stop sending the rest; the response stands.
+            self._reset(stream, ErrorCodes.NO_ERROR)
+        else:
+            self._forget(stream)
+        sink.on_end()
+
+    def _on_reset(self, event: h2.events.StreamReset) -> None:
+        stream = self.streams.get(event.stream_id)
+        if stream is None:
+            return
+        self._forget(stream)
+        code = event.error_code
+        name = code.name if isinstance(code, ErrorCodes) else str(code)
+        if code == ErrorCodes.REFUSED_STREAM:
+            err = UpstreamError(
+                errors.CONNECTION_TERMINATED, "stream refused by upstream", retryable=True
+            )
+        else:
+            err = UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"stream reset by upstream ({name})")
+        stream.sink.on_error(err)
+
+    def _on_settings(self, event: h2.events.RemoteSettingsChanged) -> None:
+        self.max_streams = min(self._h2.remote_settings.max_concurrent_streams, 2**31)
+        if h2.settings.SettingCodes.INITIAL_WINDOW_SIZE in event.changed_settings:
+            self._on_window_update(0)
+        if not self._ready.done():
+            self.state = ConnState.OPEN
+            self._ready.set_result(None)
+        self._on_change(self)
+
+    def _on_goaway(self, payload: bytes) -> None:
+        if len(payload) < 8:
+            raise h2.exceptions.ProtocolError("GOAWAY frame shorter than 8 bytes")
+        last_stream_id = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+        code = int.from_bytes(payload[4:8], "big")
+        if self.goaway_last_stream_id is not None:
+            last_stream_id = min(last_stream_id, self.goaway_last_stream_id)
+        self.goaway_last_stream_id = last_stream_id
+        try:
+            code_name = ErrorCodes(code).name
+        except ValueError:
+            code_name = str(code)
+        log.info(
+            "conn=%d GOAWAY received: last_stream_id=%d error=%s open_streams=%d",
+            self.id,
+            last_stream_id,
+            code_name,
+            len(self.streams),
+        )
+        self._drain(f"GOAWAY {code_name}")
+        # Streams above last_stream_id were never processed: safe to replay.
+        for stream in [s for sid, s in self.streams.items() if sid > last_stream_id]:
+            self._reset(stream, ErrorCodes.CANCEL)
+            stream.sink.on_error(
+                UpstreamError(
+                    errors.CONNECTION_TERMINATED,
+                    f"GOAWAY last_stream_id={last_stream_id} before the stream was processed",
+                    retryable=True,
+                )
+            )
+        self._close_if_drained()
+
+    # ----------------------------------------------------------------- outbound
+
+    def _pump(self, stream: UpstreamStream) -> None:
+        """Move a stream's queued body into DATA frames as far as windows allow."""
+        h2conn = self._h2
+        queue = stream._outq
+        was_high = stream.pending_bytes >= SEND_LOW_WATER
+        try:
+            while queue:
+                window = h2conn.local_flow_control_window(stream.stream_id)
+                if window <= 0:
+                    break
+                chunk = queue[0]
+                size = min(len(chunk), window, h2conn.max_outbound_frame_size)
+                if size == len(chunk):
+                    queue.popleft()
+                else:
+                    queue[0] = chunk[size:]
+                    chunk = chunk[:size]
+                stream.pending_bytes -= size
+                last = stream._end_pending and not queue
+                h2conn.send_data(stream.stream_id, chunk, end_stream=last)
+                if last:
+                    stream.local_ended = True
+            if stream._end_pending and not queue and not stream.local_ended:
+                h2conn.end_stream(stream.stream_id)
+                stream.local_ended = True
+        except h2.exceptions.StreamClosedError:
+            queue.clear()
+            stream.pending_bytes = 0
+        if queue:
+            self._blocked.add(stream)
+        else:
+            self._blocked.discard(stream)
+            if stream.local_ended and stream.remote_ended:
+                self._forget(stream)
+        self._schedule_flush()
+        if was_high and stream.pending_bytes < SEND_LOW_WATER:
+            stream.sink.on_send_ready()
+
+    def _on_window_update(self, stream_id: int) -> None:
+        if stream_id:
+            stream = self.streams.get(stream_id)
+            if stream is not None and stream in self._blocked:
+                self._pump(stream)
+            return
+        for stream in list(self._blocked):
+            if not stream.closed:
+                self._pump(stream)
+
+    def _ack(self, stream_id: int, nbytes: int) -> None:
+        try:
+            self._h2.acknowledge_received_data(nbytes, stream_id)
+        except h2.exceptions.ProtocolError:
+            return
+        self._schedule_flush()
+
+    def _reset(self, stream: UpstreamStream, error_code: int) -> None:
+        try:
+            self._h2.reset_stream(stream.stream_id, error_code)
+        except h2.exceptions.ProtocolError:
+            pass  # already closed on h2's side
+        self._forget(stream)
+        self._schedule_flush()
+
+    def _forget(self, stream: UpstreamStream) -> None:
+        """The stream is over: free its slot and the window credit it still holds."""
+        if stream.closed:
+            return
+        stream.closed = True
+        self.streams.pop(stream.stream_id, None)
+        self._blocked.discard(stream)
+        stream._outq.clear()
+        if stream.unacked:
+            self._ack(stream.stream_id, stream.unacked)
+            stream.unacked = 0
+        self._close_if_drained()
+        self._on_change(self)
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        data = self._h2.data_to_send()
+        if data and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    # ----------------------------------------------------------------- ending
+
+    def _drain(self, reason: str) -> None:
+        if self.state is ConnState.OPEN:
+            self.state = ConnState.DRAINING
+            self.close_reason = reason
+            self._on_change(self)
+
+    def _close_if_drained(self) -> None:
+        if self.state is ConnState.DRAINING and not self.streams and not self.reserved:
+            self.close(self.close_reason)
+
+    def _protocol_error(self, detail: str) -> None:
+        log.warning("conn=%d HTTP/2 protocol error from upstream: %s", self.id, detail)
+        self._flush()  # h2 may have queued a GOAWAY explaining it
+        if self._transport is not None:
+            self._transport.close()
+        self._fail_all(UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
+        self._set_closed(f"protocol error: {detail}")
+
+    def _fail_all(self, error: UpstreamError) -> None:
+        for stream in list(self.streams.values()):
+            self._forget(stream)
+            stream.sink.on_error(error)
+
+    def _set_closed(self, reason: str) -> None:
+        if self.state is ConnState.CLOSED:
+            return
+        self.state = ConnState.CLOSED
+        self.close_reason = self.close_reason or reason
+        self._inbuf = b""
+        if not self._ready.done():
+            self._ready.set_exception(UpstreamError(errors.CONNECTION_TERMINATED, reason))
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.abort()
+        self._on_change(self)
+
+    def __repr__(self) -> str:
+        return f"<conn {self.id} {self.state.value} streams={len(self.streams)}>"
+
+
+def _ssl_error(exc: ssl.SSLError) -> UpstreamError:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return UpstreamError(errors.TLS_CERTIFICATE_ERROR, exc.verify_message or str(exc))
+    return UpstreamError(errors.TLS_PROTOCOL_ERROR, exc.reason or str(exc))
+
+
+async def connect(
+    upstream: Upstream,
+    ssl_context: ssl.SSLContext | None,
+    conn_id: int,
+    timeout: float,
+    on_change: Callable[[UpstreamConnection], None],
+) -> UpstreamConnection:
+    """Open a connection and wait for the peer's SETTINGS (so we know its stream limit)."""
+    loop = asyncio.get_running_loop()
+    target = f"{upstream.host}:{upstream.port}"
+    protocol = UpstreamConnection(upstream, conn_id, on_change)
+    try:
+        async with asyncio.timeout(timeout):
+            transport, _ = await loop.create_connection(
+                lambda: protocol,
+                upstream.host,
+                upstream.port,
+                ssl=ssl_context if upstream.tls else None,
+                server_hostname=upstream.host if upstream.tls else None,
+            )
+            if upstream.tls:
+                ssl_object = transport.get_extra_info("ssl_object")
+                alpn = ssl_object.selected_alpn_protocol() if ssl_object else None
+                if alpn != "h2":
+                    transport.abort()
+                    raise UpstreamError(
+                        errors.TLS_PROTOCOL_ERROR,
+                        f"{target} did not negotiate HTTP/2 with ALPN (got {alpn or 'none'})",
+                    )
+            set_tcp_keepalive(transport.get_extra_info("socket"))
+            await protocol.wait_ready()
+    except TimeoutError:
+        protocol._set_closed("connect timeout")
+        raise UpstreamError(
+            errors.CONNECTION_TIMEOUT, f"{target} did not complete HTTP/2 setup in {timeout:g}s"
+        ) from None
+    except ssl.SSLError as exc:
+        raise _ssl_error(exc) from None
+    except socket.gaierror as exc:
+        raise UpstreamError(errors.DNS_ERROR, f"{upstream.host}: {exc.strerror}") from None
+    except ConnectionRefusedError:
+        raise UpstreamError(errors.CONNECTION_REFUSED, f"{target} refused the connection") from None
+    except OSError as exc:
+        raise UpstreamError(
+            errors.DESTINATION_UNAVAILABLE, f"{target}: {exc.strerror or exc}"
+        ) from None
+    return protocol
+

@@ -1,0 +1,527 @@
+"""Command line / environment parsing (flags.py) and the value parsers in config.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from h2ping.config import (
+    Config,
+    HostPort,
+    Upstream,
+    format_duration,
+    parse_duration,
+    parse_listen,
+    parse_upstream,
+)
+from h2ping.flags import FlagError, HelpRequested, help_text, parse_args
+
+UP = ["-upstream", "https://api.example.com"]
+
+
+def parse(*argv: str, env: dict[str, str] | None = None) -> Config:
+    # Always pass an explicit environ so the developer's shell cannot leak in.
+    return parse_args(list(argv), env or {})
+
+
+def error(*argv: str, env: dict[str, str] | None = None) -> str:
+    with pytest.raises(FlagError) as info:
+        parse(*argv, env=env)
+    message = str(info.value)
+    assert "\n" not in message and len(message.splitlines()) == 1, message
+    return message
+
+
+# --- spellings -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-listen", "127.0.0.2:9000"],
+        ["-listen=127.0.0.2:9000"],
+        ["--listen", "127.0.0.2:9000"],
+        ["--listen=127.0.0.2:9000"],
+    ],
+)
+def test_value_flag_spellings(argv: list[str]) -> None:
+    assert parse(*UP, *argv).listen == HostPort("127.0.0.2", 9000)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--ping_interval", "30s"],
+        ["--ping_interval=30s"],
+        ["-ping_interval", "30s"],
+        ["-ping_interval=30s"],
+        ["--ping-interval", "30s"],
+    ],
+)
+def test_underscore_spellings(argv: list[str]) -> None:
+    assert parse(*UP, *argv).ping_interval == 30.0
+
+
+@pytest.mark.parametrize("upstream", [["-upstream=http://h:8080"], ["--upstream", "http://h:8080"]])
+def test_upstream_spellings(upstream: list[str]) -> None:
+    assert parse(*upstream).upstream == Upstream("http", "h", 8080)
+
+
+def test_no_prefix_abbreviations() -> None:
+    assert error(*UP, "--list", "127.0.0.1:1") == "flag provided but not defined: -list"
+    assert error(*UP, "-ping", "1s") == "flag provided but not defined: -ping"
+
+
+def test_all_flags_together() -> None:
+    cfg = parse(
+        *UP,
+        "-listen=:8080",
+        "-ping-interval=30s",
+        "-ping-timeout=5s",
+        "-shutdown-grace=2m",
+        "-max-conn-age=45m",
+        "-connect-timeout=3s",
+        "-retry-body-limit=1024",
+        "-insecure-skip-verify",
+        "-name=edge",
+        "-log-level=debug",
+    )
+    assert cfg.listen == HostPort("0.0.0.0", 8080)
+    assert (cfg.ping_interval, cfg.ping_timeout, cfg.shutdown_grace) == (30, 5, 120)
+    assert (cfg.max_conn_age, cfg.connect_timeout) == (2700, 3)
+    assert cfg.retry_body_limit == 1024
+    assert cfg.insecure_skip_verify is True
+    assert (cfg.name, cfg.log_level) == ("edge", "debug")
+
+
+def test_last_flag_wins() -> None:
+    assert parse(*UP, "-name", "a", "--name=b").name == "b"
+    assert parse("-upstream=https://a", "-upstream=https://b").upstream.host == "b"
+
+
+def test_value_starting_with_dash_is_taken() -> None:
+    assert parse(*UP, "-name", "-x").name == "-x"
+    assert parse(*UP, "-name", "--").name == "--"
+    assert parse(*UP, "-name", "-h").name == "-h"
+
+
+def test_empty_value_with_equals() -> None:
+    assert parse(*UP, "-name=").instance_name == "api.example.com"  # empty name = upstream host
+    assert parse(*UP, "-ca-file=").ca_file is None
+    assert error(*UP, "-ping-interval=") == "-ping-interval: empty duration"
+
+
+# --- bools -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["1", "t", "T", "TRUE", "true", "True"])
+def test_bool_true_forms(text: str) -> None:
+    assert parse(*UP, f"-insecure-skip-verify={text}").insecure_skip_verify is True
+
+
+@pytest.mark.parametrize("text", ["0", "f", "F", "FALSE", "false", "False"])
+def test_bool_false_forms(text: str) -> None:
+    assert parse(*UP, f"--insecure-skip-verify={text}").insecure_skip_verify is False
+
+
+@pytest.mark.parametrize("text", ["yes", "no", "on", "", "tRUE", "2"])
+def test_bool_bad_forms(text: str) -> None:
+    message = error(*UP, f"-insecure-skip-verify={text}")
+    assert message.startswith(f'-insecure-skip-verify: invalid boolean value "{text}"')
+
+
+def test_bool_alone_is_true_and_never_eats_next_arg() -> None:
+    assert parse(*UP, "-insecure-skip-verify").insecure_skip_verify is True
+    assert parse("-insecure-skip-verify", *UP).upstream.host == "api.example.com"
+    assert parse("--insecure_skip_verify", *UP).insecure_skip_verify is True
+    # "false" after a bare bool flag is a positional argument, as in Go.
+    assert error(*UP, "-insecure-skip-verify", "false") == 'unexpected argument "false"'
+
+
+def test_bool_false_overrides_env() -> None:
+    env = {"H2PING_INSECURE_SKIP_VERIFY": "true"}
+    assert parse(*UP, "-insecure-skip-verify=false", env=env).insecure_skip_verify is False
+    assert parse(*UP, env=env).insecure_skip_verify is True
+
+
+# --- structure errors ------------------------------------------------------------------
+
+
+def test_double_dash_ends_flags() -> None:
+    assert parse(*UP, "--").upstream.host == "api.example.com"
+    assert error(*UP, "--", "x") == 'unexpected argument "x"'
+    assert error(*UP, "--", "-listen", ":1") == 'unexpected argument "-listen"'
+
+
+@pytest.mark.parametrize("arg", ["x", "-", "http://h"])
+def test_positional_is_error(arg: str) -> None:
+    assert error(*UP, arg) == f'unexpected argument "{arg}"'
+    assert error(arg, *UP) == f'unexpected argument "{arg}"'
+
+
+def test_unknown_flag() -> None:
+    assert error(*UP, "-foo") == "flag provided but not defined: -foo"
+    assert error(*UP, "--foo=1") == "flag provided but not defined: -foo"
+    assert error("-foo", *UP) == "flag provided but not defined: -foo"
+
+
+@pytest.mark.parametrize("arg", ["---x", "-=x", "--=x"])
+def test_bad_flag_syntax(arg: str) -> None:
+    assert error(*UP, arg) == f"bad flag syntax: {arg}"
+
+
+@pytest.mark.parametrize("name", ["listen", "ping-interval", "name", "upstream"])
+def test_missing_value(name: str) -> None:
+    assert error("-upstream=https://h", f"-{name}") == f"flag needs an argument: -{name}"
+    assert error("-upstream=https://h", f"--{name}") == f"flag needs an argument: -{name}"
+
+
+def test_missing_upstream() -> None:
+    assert error() == "-upstream is required"
+    assert error("-listen", ":1") == "-upstream is required"
+    assert error(env={"H2PING_UPSTREAM": ""}) == "-upstream is required"
+
+
+@pytest.mark.parametrize("argv", [["-h"], ["-help"], ["--help"], ["--h"], ["-help=1"]])
+def test_help(argv: list[str]) -> None:
+    with pytest.raises(HelpRequested):
+        parse(*argv)
+    with pytest.raises(HelpRequested):
+        parse(*UP, *argv)
+
+
+def test_errors_are_reported_in_argument_order() -> None:
+    # Go converts each value as it is read, so the first problem wins.
+    assert error(*UP, "-ping-interval=abc", "-foo").startswith("-ping-interval:")
+    assert error(*UP, "-foo", "-h") == "flag provided but not defined: -foo"
+
+
+def test_control_characters_cannot_split_the_message() -> None:
+    assert error(*UP, "x\ny") == 'unexpected argument "x\\ny"'
+    assert error(*UP, "-foo\u2028bar") == "flag provided but not defined: -foo\\u2028bar"
+    assert error(*UP, "-ping-interval=a\nb").startswith('-ping-interval: invalid duration "a\\nb"')
+
+
+# --- durations -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("60s", 60),
+        ("1m30s", 90),
+        ("500ms", 0.5),
+        ("1.5h", 5400),
+        ("30", 30),
+        ("0", 0),
+        ("0s", 0),
+        ("2.5", 2.5),
+        ("1h2m3s", 3723),
+        ("1500us", 0.0015),
+        ("1500µs", 0.0015),
+        ("+5s", 5),
+    ],
+)
+def test_duration_forms(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+    assert parse(*UP, f"-shutdown-grace={text}").shutdown_grace == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["abc", "1x", "1m30", "s", "1 m", "5d", "nan", "inf", ""])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+    message = error(*UP, "-ping-timeout", text)
+    assert message.startswith("-ping-timeout: ")
+
+
+def test_bad_duration_message_is_go_quoted() -> None:
+    assert error(*UP, "-ping-interval", "abc") == (
+        '-ping-interval: invalid duration "abc": use Go syntax such as 60s, 1m30s or 500ms'
+    )
+
+
+@pytest.mark.parametrize("text", ["-1s", "-1", "-0.5", "-1m30s"])
+def test_negative_durations(text: str) -> None:
+    with pytest.raises(ValueError, match="negative"):
+        parse_duration(text)
+    assert "negative" in error(*UP, "-shutdown-grace", text)
+
+
+def test_ping_interval_limit() -> None:
+    assert parse(*UP, "-ping-interval=339s").ping_interval == 339
+    assert parse(*UP, "-ping-interval=0").ping_interval == 0
+    for text in ("340s", "5m40s", "6m", "1h"):
+        assert error(*UP, "-ping-interval", text).startswith("-ping-interval: must be below 340s")
+
+
+def test_max_conn_age_limit() -> None:
+    assert parse(*UP, "-max-conn-age=0s").max_conn_age == 0
+    assert parse(*UP, "-max-conn-age=59m59s").max_conn_age == 3599
+    for text in ("1h", "3600", "2h"):
+        assert error(*UP, "-max-conn-age", text).startswith("-max-conn-age: must be below 1h0m0s")
+
+
+@pytest.mark.parametrize("name", ["ping-timeout", "connect-timeout"])
+def test_timeouts_must_be_positive(name: str) -> None:
+    assert error(*UP, f"-{name}=0s") == f"-{name}: must be greater than 0"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (0.5, "500ms"), (1, "1s"), (60, "1m0s"), (90, "1m30s"), (3000, "50m0s"),
+     (3600, "1h0m0s"), (5400, "1h30m0s"), (1.5, "1.5s"), (15, "15s")],
+)  # fmt: skip
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+# --- integers, files, strings ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["1.5", "abc", "16M", "1e6", "0x10", "1_000", "", "١٢"])
+def test_retry_body_limit_not_integer(text: str) -> None:
+    message = error(*UP, "-retry-body-limit", text)
+    assert message.startswith("-retry-body-limit: invalid integer"), message
+
+
+def test_retry_body_limit_values() -> None:
+    assert parse(*UP, "-retry-body-limit=0").retry_body_limit == 0
+    assert parse(*UP, "-retry-body-limit", "+10").retry_body_limit == 10
+    assert error(*UP, "-retry-body-limit", "-1") == (
+        "-retry-body-limit: must not be negative (0 disables)"
+    )
+
+
+def test_ca_file(tmp_path: Path) -> None:
+    pem = tmp_path / "ca.pem"
+    pem.write_text("-----BEGIN CERTIFICATE-----\n")
+    assert parse(*UP, "-ca-file", str(pem)).ca_file == str(pem)
+    missing = tmp_path / "nope.pem"
+    assert error(*UP, "-ca-file", str(missing)) == (
+        f'-ca-file: cannot read "{missing}": No such file or directory'
+    )
+    assert error(*UP, "-ca-file", str(tmp_path)).startswith("-ca-file: cannot read")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read any file")
+def test_ca_file_unreadable(tmp_path: Path) -> None:
+    pem = tmp_path / "ca.pem"
+    pem.write_text("x")
+    pem.chmod(0)
+    assert "Permission denied" in error(*UP, "-ca-file", str(pem))
+
+
+def test_log_level() -> None:
+    for level in ("debug", "info", "warning", "error"):
+        assert parse(*UP, "-log-level", level).log_level == level
+    assert error(*UP, "-log-level=trace") == (
+        "-log-level: must be one of debug, info, warning, error"
+    )
+
+
+def test_bad_listen_and_upstream_values() -> None:
+    assert error(*UP, "-listen", "nope").startswith('-listen: invalid address "nope"')
+    assert error("-upstream", "ftp://h").startswith('-upstream: invalid URL "ftp://h"')
+
+
+# --- environment -----------------------------------------------------------------------
+
+
+def test_env_applies_every_setting(tmp_path: Path) -> None:
+    pem = tmp_path / "ca.pem"
+    pem.write_text("x")
+    env = {
+        "H2PING_UPSTREAM": "http://up:81",
+        "H2PING_LISTEN": "[::1]:7000",
+        "H2PING_PING_INTERVAL": "30s",
+        "H2PING_PING_TIMEOUT": "5s",
+        "H2PING_SHUTDOWN_GRACE": "1s",
+        "H2PING_MAX_CONN_AGE": "10m",
+        "H2PING_CONNECT_TIMEOUT": "2s",
+        "H2PING_RETRY_BODY_LIMIT": "7",
+        "H2PING_INSECURE_SKIP_VERIFY": "1",
+        "H2PING_CA_FILE": str(pem),
+        "H2PING_NAME": "envname",
+        "H2PING_LOG_LEVEL": "error",
+    }
+    cfg = parse(env=env)
+    assert cfg == Config(
+        upstream=Upstream("http", "up", 81),
+        listen=HostPort("::1", 7000),
+        ping_interval=30,
+        ping_timeout=5,
+        shutdown_grace=1,
+        max_conn_age=600,
+        connect_timeout=2,
+        retry_body_limit=7,
+        insecure_skip_verify=True,
+        ca_file=str(pem),
+        name="envname",
+        log_level="error",
+    )
+
+
+def test_flags_override_env() -> None:
+    env = {"H2PING_PING_INTERVAL": "30s", "H2PING_UPSTREAM": "https://env", "H2PING_NAME": "e"}
+    cfg = parse("-ping-interval=10s", "--upstream", "https://flag", env=env)
+    assert (cfg.ping_interval, cfg.upstream.host, cfg.name) == (10, "flag", "e")
+
+
+def test_bad_env_is_ignored_when_flag_given() -> None:
+    env = {"H2PING_PING_INTERVAL": "garbage"}
+    assert parse(*UP, "-ping-interval=1s", env=env).ping_interval == 1
+
+
+def test_env_errors_name_the_variable() -> None:
+    assert error(*UP, env={"H2PING_PING_INTERVAL": "abc"}) == (
+        'H2PING_PING_INTERVAL: invalid duration "abc": use Go syntax such as 60s, 1m30s or 500ms'
+    )
+    assert error(*UP, env={"H2PING_PING_INTERVAL": "400s"}).startswith(
+        "H2PING_PING_INTERVAL: must be below 340s"
+    )
+    assert error(*UP, env={"H2PING_INSECURE_SKIP_VERIFY": "yes"}).startswith(
+        "H2PING_INSECURE_SKIP_VERIFY: invalid boolean value"
+    )
+    assert error(env={"H2PING_UPSTREAM": "ftp://x"}).startswith("H2PING_UPSTREAM: invalid URL")
+
+
+def test_unrelated_env_is_ignored() -> None:
+    env = {"GOMEMLIMIT": "junk", "GOMAXPROCS": "junk", "H2PING_LISTEN": ""}
+    assert parse(*UP, env=env).listen == HostPort("127.0.0.1", 1250)
+
+
+def test_environ_none_means_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("H2PING_UPSTREAM", "https://from-os")
+    assert parse_args([]).upstream.host == "from-os"
+
+
+# --- defaults and help -----------------------------------------------------------------
+
+
+def test_defaults_equal_config_defaults() -> None:
+    upstream = parse_upstream("https://api.example.com")
+    assert parse(*UP) == Config(upstream=upstream)
+    cfg = parse(*UP)
+    assert cfg.listen == HostPort("127.0.0.1", 1250)
+    assert (cfg.ping_interval, cfg.ping_timeout, cfg.shutdown_grace) == (60, 15, 60)
+    assert (cfg.max_conn_age, cfg.connect_timeout) == (3000, 10)
+    assert cfg.retry_body_limit == 16777216
+    assert (cfg.insecure_skip_verify, cfg.ca_file) == (False, None)
+    assert (cfg.instance_name, cfg.log_level) == ("api.example.com", "info")
+
+
+FLAG_NAMES = [
+    "upstream", "listen", "ping-interval", "ping-timeout", "shutdown-grace", "max-conn-age",
+    "connect-timeout", "retry-body-limit", "insecure-skip-verify", "ca-file", "name", "log-level",
+]  # fmt: skip
+
+
+def test_help_lists_every_flag_with_default() -> None:
+    text = help_text("h2ping")
+    assert text.startswith("Usage: h2ping ")
+    lines = text.splitlines()
+    defaults = {f.name: f for f in dataclasses.fields(Config)}
+    for name in FLAG_NAMES:
+        [line] = [ln for ln in lines if ln.lstrip().split(" ")[0] == f"-{name}"]
+        field = defaults[name.replace("-", "_")]
+        if name == "upstream":
+            assert "default" not in line
+            continue
+        assert "(default " in line, line
+        value = field.default
+        if isinstance(value, float):
+            assert f"(default {format_duration(value)})" in line
+        elif isinstance(value, bool):
+            assert f"(default {str(value).lower()})" in line
+        elif isinstance(value, int) or (isinstance(value, str) and value):
+            assert f"(default {value})" in line
+    assert "(default 127.0.0.1:1250)" in text
+    assert "(default 1m0s)" in text and "(default 50m0s)" in text
+
+
+def test_help_groups_in_order() -> None:
+    lines = help_text("h2ping").splitlines()
+    headings = ["Required:", "Listener:", "Upstream:", "Liveness:", "Lifecycle:", "Logging:"]
+    positions = [lines.index(h) for h in headings]
+    assert positions == sorted(positions)
+    upstream_line = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("-upstream "))
+    assert positions[0] < upstream_line < positions[1]
+
+
+# --- config.py parsers -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:1250", HostPort("127.0.0.1", 1250)),
+        ("[::1]:1250", HostPort("::1", 1250)),
+        (":1250", HostPort("0.0.0.0", 1250)),
+        ("localhost:0", HostPort("localhost", 0)),
+        ("0.0.0.0:65535", HostPort("0.0.0.0", 65535)),
+    ],
+)
+def test_parse_listen(text: str, expected: HostPort) -> None:
+    assert parse_listen(text) == expected
+
+
+def test_hostport_str_and_loopback() -> None:
+    assert str(HostPort("::1", 1250)) == "[::1]:1250"
+    assert str(HostPort("127.0.0.1", 1)) == "127.0.0.1:1"
+    assert HostPort("::1", 1).is_loopback and HostPort("localhost", 1).is_loopback
+    assert not HostPort("0.0.0.0", 1).is_loopback and not HostPort("example.com", 1).is_loopback
+
+
+@pytest.mark.parametrize(
+    "text", ["127.0.0.1", "127.0.0.1:", "h:65536", "h:-1", "h:abc", "::1:80", "[::1]", "[::1"]
+)
+def test_parse_listen_bad(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_listen(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected", "authority"),
+    [
+        ("https://api.example.com", Upstream("https", "api.example.com", 443), "api.example.com"),
+        ("http://api.example.com", Upstream("http", "api.example.com", 80), "api.example.com"),
+        ("https://h:8443/some/path?q=1#f", Upstream("https", "h", 8443), "h:8443"),
+        ("https://h:443", Upstream("https", "h", 443), "h"),
+        ("http://h:443", Upstream("http", "h", 443), "h:443"),
+        ("https://h:80", Upstream("https", "h", 80), "h:80"),
+        ("HTTPS://H.Example", Upstream("https", "h.example", 443), "h.example"),
+        ("https://[::1]:8443", Upstream("https", "::1", 8443), "[::1]:8443"),
+        ("https://[::1]", Upstream("https", "::1", 443), "[::1]"),
+    ],
+)
+def test_parse_upstream(text: str, expected: Upstream, authority: str) -> None:
+    up = parse_upstream(text)
+    assert up == expected
+    assert up.authority == authority
+    assert str(up) == f"{expected.scheme}://{authority}"
+    assert up.tls == (expected.scheme == "https")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ftp://h",
+        "h:443",
+        "https://",
+        "https:///path",
+        "https://user@h",
+        "https://user:pw@h",
+        "https://h:0",
+        "https://h:99999",
+        "https://h:abc",
+    ],
+)
+def test_parse_upstream_bad(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_upstream(text)
+    assert error("-upstream", text).startswith("-upstream: invalid URL")
