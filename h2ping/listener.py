@@ -16,7 +16,7 @@ import http
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 import httptools
 
@@ -213,7 +213,8 @@ class ClientConnection(asyncio.Protocol):
         # Parse state of the request being read.
         self._url = b""
         self._headers: list[Header] = []
-        self._head_bytes = 0
+        self._head_bytes = 0  # bytes read while a head is unfinished (bounds partial heads)
+        self._head_size = 0  # exact size of the parsed request line and fields
         self._in_head = False
         self._reading: tuple[RequestHandler, Request] | None = None
         self._rejection: tuple[int, str] | None = None  # parse error awaiting its turn
@@ -228,8 +229,7 @@ class ClientConnection(asyncio.Protocol):
     # ----------------------------------------------------------------- protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self._registry.add(self)
         sock = transport.get_extra_info("socket")
         set_tcp_keepalive(sock)
@@ -297,14 +297,19 @@ class ClientConnection(asyncio.Protocol):
         self._in_head = True
         self._url = b""
         self._headers = []
+        self._head_size = 0
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        if len(self._url) > MAX_HEAD_BYTES:
+        self._head_size += len(url)
+        if self._head_size > MAX_HEAD_BYTES:
             raise _HeadTooLarge
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name, value))
+        self._head_size += len(name) + len(value) + 4  # ": " and CRLF
+        if self._head_size > MAX_HEAD_BYTES:
+            raise _HeadTooLarge
 
     def on_headers_complete(self) -> None:
         parser = self._parser
@@ -431,3 +436,4 @@ class ClientConnection(asyncio.Protocol):
         request = Request(b"GET", b"", [], "1.1", False)
         request.body_complete = True
         ResponseWriter(self, request).send_error(status, text)
+        self.close()

@@ -16,7 +16,7 @@ import collections
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import h2.events
 import h2.exceptions
@@ -25,23 +25,13 @@ from h2.connection import ConnectionInputs, ConnectionState, H2Connection
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes, Settings
 
-__all__ = [
-    "ScriptedConnection",
-    "ScriptedRequest",
-    "ScriptedUpstream",
-    "StreamClosed",
-    "echo_handler",
-    "keep_streams_after_goaway",
-]
-
 logger = logging.getLogger(__name__)
 
 Handler = Callable[["ScriptedRequest"], Awaitable[None]]
 
 #: Added to the connection receive window so that only stream windows exert back-pressure.
 CONNECTION_WINDOW_BOOST = 16 * 1024 * 1024
-_FRAME_HEADER = 9
-_PING, _ACK = 0x6, 0x1
+_PING, _ACK = 0x6, 0x1  # frame type and flag
 
 
 class StreamClosed(Exception):
@@ -68,7 +58,7 @@ def _take_ping_acks(data: bytes) -> tuple[bytes, list[bytes]]:
     """Split h2 output (always whole frames) into PING ACK frames and everything else."""
     rest, acks, pos = bytearray(), [], 0
     while pos < len(data):
-        end = pos + _FRAME_HEADER + int.from_bytes(data[pos : pos + 3], "big")
+        end = pos + 9 + int.from_bytes(data[pos : pos + 3], "big")
         if data[pos + 3] == _PING and data[pos + 4] & _ACK:
             acks.append(data[pos:end])
         else:
@@ -104,7 +94,6 @@ class ScriptedRequest:
         self.authority = pseudo.get(":authority", "")
         self.scheme = pseudo.get(":scheme", "")
         self.headers = [(name, value) for name, value in headers if not name.startswith(":")]
-        self.trailers: list[tuple[str, str]] = []
         self.body_bytes_received = 0
         self.ended = False  # the client's END_STREAM arrived
         self.response_ended = False  # our END_STREAM went out
@@ -202,10 +191,10 @@ class ScriptedRequest:
 
     def _on_data(self, data: bytes, size: int) -> None:
         self.body_bytes_received += len(data)
-        if data and not self._finished:
+        if data:
             self._chunks.append((data, size))
             self._unacked += size
-        else:  # padding only, or nobody left to read: hand the window straight back
+        else:  # padding only: nothing for a reader to consume
             self.connection._ack(self.stream_id, size)
         self._readable.set()
 
@@ -243,7 +232,6 @@ class ScriptedConnection(asyncio.Protocol):
             h2.events.RequestReceived: self._on_request,
             h2.events.DataReceived: self._on_data,
             h2.events.StreamEnded: self._on_stream_ended,
-            h2.events.TrailersReceived: self._on_trailers,
             h2.events.StreamReset: self._on_stream_reset,
             h2.events.WindowUpdated: lambda _: self._notify_window(),
             h2.events.RemoteSettingsChanged: lambda _: self._notify_window(),
@@ -288,10 +276,8 @@ class ScriptedConnection(asyncio.Protocol):
             self._transport.abort()
         self._shutdown()
 
-    # asyncio.Protocol
-
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self._transport = transport
         ssl_object = transport.get_extra_info("ssl_object")
         self.alpn_protocol = ssl_object.selected_alpn_protocol() if ssl_object else None
@@ -332,8 +318,6 @@ class ScriptedConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._shutdown()
 
-    # h2 events
-
     def _on_request(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id
         over_limit = len(self._open) >= self.server.max_concurrent_streams
@@ -353,7 +337,7 @@ class ScriptedConnection(asyncio.Protocol):
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
         request = self._open.get(event.stream_id)
-        if request is None:  # e.g. a refused stream's body still in flight
+        if request is None:  # defensive: h2 reports DATA only for streams still open
             self._ack(event.stream_id, event.flow_controlled_length)
         else:
             request._on_data(event.data or b"", event.flow_controlled_length)
@@ -363,10 +347,6 @@ class ScriptedConnection(asyncio.Protocol):
             request.ended = True
             request._readable.set()
             request._finish_if_closed()
-
-    def _on_trailers(self, event: h2.events.TrailersReceived) -> None:
-        if request := self._open.get(event.stream_id):
-            request.trailers = [(str(name), str(value)) for name, value in event.headers]
 
     def _on_stream_reset(self, event: h2.events.StreamReset) -> None:
         request = self._open.get(event.stream_id)
@@ -387,15 +367,9 @@ class ScriptedConnection(asyncio.Protocol):
     def _on_goaway(self, event: h2.events.ConnectionTerminated) -> None:
         self.goaway_received = event.error_code
 
-    # plumbing
-
     async def _run(self, request: ScriptedRequest) -> None:
         try:
             await self.server.handler(request)
-        except StreamClosed:
-            logger.debug(
-                "connection %d: stream %d closed under its handler", self.id, request.stream_id
-            )
         except Exception:
             logger.exception(
                 "connection %d: handler failed on stream %d", self.id, request.stream_id
@@ -427,7 +401,7 @@ class ScriptedConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         data = self._h2.data_to_send()
-        if False:  # MUT
+        if data and self._hold_ping_acks:
             data, acks = _take_ping_acks(data)
             self._held_acks += acks
         self._write(data)

@@ -19,7 +19,7 @@ import socket
 import ssl
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 import h2.config
 import h2.connection
@@ -214,8 +214,7 @@ class UpstreamConnection(asyncio.Protocol):
     # ----------------------------------------------------------------- protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self._h2.initiate_connection()
         self._h2.update_settings(
             {
@@ -255,10 +254,9 @@ class UpstreamConnection(asyncio.Protocol):
         if self.state is ConnState.CLOSED:
             return
         reason = f"connection lost: {exc}" if exc else "connection closed by upstream"
-        if not self._ready.done():
-            self._ready.set_exception(
-                UpstreamError(errors.CONNECTION_TERMINATED, f"{reason} before HTTP/2 SETTINGS")
-            )
+        self._fail_ready(
+            UpstreamError(errors.CONNECTION_TERMINATED, f"{reason} before HTTP/2 SETTINGS")
+        )
         self._fail_all(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         self._set_closed(reason)
 
@@ -474,6 +472,11 @@ class UpstreamConnection(asyncio.Protocol):
         self._fail_all(UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
         self._set_closed(f"protocol error: {detail}")
 
+    def _fail_ready(self, error: UpstreamError) -> None:
+        if not self._ready.done():
+            self._ready.set_exception(error)
+            self._ready.exception()  # connect() may have stopped waiting (timeout)
+
     def _fail_all(self, error: UpstreamError) -> None:
         for stream in list(self.streams.values()):
             self._forget(stream)
@@ -485,8 +488,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.state = ConnState.CLOSED
         self.close_reason = self.close_reason or reason
         self._inbuf = b""
-        if not self._ready.done():
-            self._ready.set_exception(UpstreamError(errors.CONNECTION_TERMINATED, reason))
+        self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
         self._on_change(self)

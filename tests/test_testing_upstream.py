@@ -26,11 +26,14 @@ from h2ping.testing import (
 class Client:
     """Just enough HTTP/2 client to drive the server: it acks all DATA at once."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scheme: str
+    ) -> None:
+        self.reader, self.writer, self.scheme = reader, writer, scheme
         self.conn = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
         keep_streams_after_goaway(self.conn)  # else h2 can't read a response after GOAWAY
         self.events: list[h2.events.Event] = []
+        self.closed = False  # the server closed or dropped the connection
         self._changed = asyncio.Event()
         self.conn.initiate_connection()
         self.flush()
@@ -43,23 +46,30 @@ class Client:
         reader, writer = await asyncio.open_connection(
             server.host, server.port, ssl=tls, server_hostname=hostname
         )
-        return cls(reader, writer)
+        return cls(reader, writer, "https" if tls else "http")
 
     def flush(self) -> None:
         self.writer.write(self.conn.data_to_send())
 
     async def _read_loop(self) -> None:
-        while data := await self.reader.read(65536):
-            events = self.conn.receive_data(data)
-            for event in events:
-                if isinstance(event, h2.events.DataReceived):
-                    self.conn.acknowledge_received_data(
-                        event.flow_controlled_length, event.stream_id
-                    )
-            self.events += events
-            self.flush()
-            self._changed.set()
-            self._changed = asyncio.Event()
+        try:
+            while data := await self.reader.read(65536):
+                events = self.conn.receive_data(data)
+                for event in events:
+                    if isinstance(event, h2.events.DataReceived):
+                        self.conn.acknowledge_received_data(
+                            event.flow_controlled_length, event.stream_id
+                        )
+                self.events += events
+                self.flush()
+                self._wake()
+        finally:
+            self.closed = True
+            self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     async def wait(self, predicate: Callable[[], bool], timeout: float = 2.0) -> None:
         async def until() -> None:
@@ -80,7 +90,7 @@ class Client:
     ) -> int:
         """Open a stream whose body is still to come (see send_body)."""
         stream_id = self.conn.get_next_available_stream_id()
-        pseudo = [(":method", method), (":path", path), (":scheme", "https")]
+        pseudo = [(":method", method), (":path", path), (":scheme", self.scheme)]
         block = [*pseudo, (":authority", "example.test"), *headers]
         self.conn.send_headers(stream_id, block)
         self.flush()
@@ -117,8 +127,9 @@ class Client:
     async def close(self) -> None:
         self._reading.cancel()
         self.writer.close()
-        with contextlib.suppress(Exception, asyncio.CancelledError):
+        with contextlib.suppress(asyncio.CancelledError):
             await self._reading
+        with contextlib.suppress(OSError):
             await self.writer.wait_closed()
 
 
@@ -128,7 +139,7 @@ def ca() -> trustme.CA:
 
 
 @pytest.fixture
-def tls(ca: trustme.CA) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+def tls_contexts(ca: trustme.CA) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     """(server context without ALPN, client context offering h2)."""
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1", "localhost").configure_cert(server_ctx)
@@ -148,16 +159,30 @@ async def serving(server: ScriptedUpstream, tls: ssl.SSLContext | None = None):
             await client.close()
 
 
-async def never_answer(request: ScriptedRequest) -> None:
-    await asyncio.Event().wait()
+class NeverAnswer:
+    """Handler that never responds; counts how many of its tasks were cancelled."""
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+
+    async def __call__(self, request: ScriptedRequest) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
 
 
-async def test_echo_over_tls_negotiates_h2(tls: tuple[ssl.SSLContext, ssl.SSLContext]) -> None:
-    server_ctx, client_ctx = tls
+async def test_echo_over_tls_negotiates_h2(
+    tls_contexts: tuple[ssl.SSLContext, ssl.SSLContext],
+) -> None:
+    server_ctx, client_ctx = tls_contexts
     server = ScriptedUpstream(ssl_context=server_ctx)
     async with serving(server, client_ctx) as client:
         status, headers, body = await client.request("/hello?x=1", b"ping")
         assert client.writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
+        request = server.requests[0]
+        assert (request.scheme, request.ended, request.closed) == ("https", True, True)
     assert server.url == f"https://127.0.0.1:{server.port}"
     assert (status, body) == (200, b"ping")
     assert headers["x-echo-method"] == "POST"
@@ -165,8 +190,6 @@ async def test_echo_over_tls_negotiates_h2(tls: tuple[ssl.SSLContext, ssl.SSLCon
     assert headers["x-echo-authority"] == "example.test"
     assert headers["content-type"] == "application/octet-stream"
     assert server.connections[0].alpn_protocol == "h2"
-    request = server.requests[0]
-    assert (request.scheme, request.ended, request.closed) == ("https", True, True)
 
 
 async def test_echo_over_h2c_records_request() -> None:
@@ -178,7 +201,8 @@ async def test_echo_over_h2c_records_request() -> None:
     assert server.url == f"http://127.0.0.1:{server.port}"
     assert (status, body) == (200, b"body")
     [request] = server.requests
-    assert (request.method, request.path, request.header("X-Trace")) == ("POST", "/a", "abc")
+    assert (request.method, request.path, request.scheme) == ("POST", "/a", "http")
+    assert request.header("X-Trace") == "abc"
     assert request.body_bytes_received == 4
     assert server.connections[0].streams_opened == 1
     assert server.open_streams == 0
@@ -218,7 +242,7 @@ async def test_unread_body_stops_the_client_at_the_stream_window() -> None:
 
 
 async def test_settings_advertised_and_excess_stream_refused() -> None:
-    server = ScriptedUpstream(never_answer, max_concurrent_streams=1, initial_window_size=20000)
+    server = ScriptedUpstream(NeverAnswer(), max_concurrent_streams=1, initial_window_size=20000)
     async with serving(server) as client:
         # The client has not processed the server's SETTINGS yet, so it opens both.
         first, second = client.start(), client.start()
@@ -232,7 +256,7 @@ async def test_settings_advertised_and_excess_stream_refused() -> None:
 
 
 async def test_reset_sends_chosen_code_and_server_keeps_serving() -> None:
-    async def refuse_first(request: ScriptedRequest) -> None:
+    async def scripted(request: ScriptedRequest) -> None:
         if request.path == "/refuse":
             request.reset(ErrorCodes.REFUSED_STREAM)
         elif request.path == "/crash":
@@ -240,7 +264,7 @@ async def test_reset_sends_chosen_code_and_server_keeps_serving() -> None:
         else:
             await echo_handler(request)
 
-    async with serving(ScriptedUpstream(refuse_first)) as client:
+    async with serving(ScriptedUpstream(scripted)) as client:
         refused, crashed = client.start("/refuse"), client.start("/crash")
         assert await client.reset_code(refused) == ErrorCodes.REFUSED_STREAM
         assert await client.reset_code(crashed) == ErrorCodes.INTERNAL_ERROR
@@ -260,7 +284,7 @@ async def test_goaway_keeps_serving_streams_up_to_last_stream_id() -> None:
         first = client.start()
         await server.wait_for(lambda: bool(server.requests))
         connection = server.connections[0]
-        connection.goaway(last_stream_id=first)
+        connection.goaway(last_stream_id=1)
         await client.wait(lambda: bool(client.of(h2.events.ConnectionTerminated)))
         [goaway] = client.of(h2.events.ConnectionTerminated)
         assert (goaway.last_stream_id, goaway.error_code) == (first, 0)
@@ -287,16 +311,8 @@ async def test_server_finishes_streams_after_client_goaway() -> None:
 
 
 async def test_client_reset_cancels_handler() -> None:
-    cancelled = asyncio.Event()
-
-    async def hang(request: ScriptedRequest) -> None:
-        try:
-            await never_answer(request)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    server = ScriptedUpstream(hang)
+    handler = NeverAnswer()
+    server = ScriptedUpstream(handler)
     async with serving(server) as client:
         stream_id = client.start()
         await server.wait_for(lambda: server.open_streams == 1)
@@ -304,7 +320,7 @@ async def test_client_reset_cancels_handler() -> None:
         client.flush()
         request = server.requests[0]
         await asyncio.wait_for(request.reset_by_client.wait(), 2)
-        await asyncio.wait_for(cancelled.wait(), 2)
+        await server.wait_for(lambda: handler.cancelled == 1)
         assert request.client_reset_code == ErrorCodes.CANCEL
         assert request.closed
         assert server.open_streams == 0
@@ -348,15 +364,29 @@ async def test_auto_ping_ack_false_holds_from_the_start() -> None:
 
 
 async def test_stop_cancels_handlers_and_leaves_no_tasks() -> None:
-    server = ScriptedUpstream(never_answer)
+    handler = NeverAnswer()
+    server = ScriptedUpstream(handler)
     await server.start()
     client = await Client.connect(server)
     client.start()
     client.start()
     await server.wait_for(lambda: server.open_streams == 2)
     await server.stop()
-    await client.wait(lambda: client._reading.done())  # the server closed the connection
+    await client.wait(lambda: client.closed)
     await client.close()
     assert server.connections[0].closed
-    assert server.open_streams == 0
+    assert (server.open_streams, handler.cancelled) == (0, 2)
     assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+async def test_close_drops_the_connection_and_cancels_handlers() -> None:
+    handler = NeverAnswer()
+    server = ScriptedUpstream(handler)
+    async with serving(server) as client:
+        client.start()
+        await server.wait_for(lambda: server.open_streams == 1)
+        server.connections[0].close()
+        await client.wait(lambda: client.closed)
+        assert not client.of(h2.events.ConnectionTerminated)  # no GOAWAY: an abrupt drop
+        await server.wait_for(lambda: handler.cancelled == 1)
+        assert server.connections[0].closed and server.open_streams == 0

@@ -1,0 +1,187 @@
+"""Shared fixtures: real TLS (trustme), real HTTP/2 servers, a real aiohttp client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import pathlib
+import socket
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+import trustme
+from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.config import Config as HypercornConfig
+
+from h2ping import Proxy
+
+ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+
+
+@dataclass
+class TLSFiles:
+    ca: trustme.CA
+    ca_file: str
+    cert_file: str
+    key_file: str
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        context.set_alpn_protocols(["h2"])
+        return context
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict:
+    """Every async test runs on uvloop (what the command uses) and on asyncio's own
+    loop (what a project embedding h2ping in its tests may use)."""
+    import uvloop
+
+    return {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
+
+
+@pytest.fixture(scope="session")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    d: pathlib.Path = tmp_path_factory.mktemp("tls")
+    ca.cert_pem.write_to_path(str(d / "ca.pem"))
+    cert.private_key_pem.write_to_path(str(d / "key.pem"))
+    cert.cert_chain_pems[0].write_to_path(str(d / "cert.pem"))
+    return TLSFiles(ca, str(d / "ca.pem"), str(d / "cert.pem"), str(d / "key.pem"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def wait_for_port(port: int, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.02)
+        else:
+            writer.close()
+            return
+
+
+@contextlib.asynccontextmanager
+async def run_hypercorn(
+    app: ASGIApp, tls: TLSFiles | None, **options: Any
+) -> AsyncIterator[str]:
+    """Serve ``app`` with hypercorn over TLS+h2 (or h2c when ``tls`` is None)."""
+    config = HypercornConfig()
+    port = free_port()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.loglevel = "WARNING"
+    config.accesslog = None
+    if tls is not None:
+        config.certfile = tls.cert_file
+        config.keyfile = tls.key_file
+        config.alpn_protocols = ["h2"]
+    for name, value in options.items():
+        setattr(config, name, value)
+    stop = asyncio.Event()
+    task = asyncio.create_task(hypercorn_serve(app, config, shutdown_trigger=stop.wait))
+    await wait_for_port(port)
+    try:
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def read_body(receive: Callable[[], Awaitable[dict]]) -> bytes:
+    body = bytearray()
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return bytes(body)
+
+
+async def echo_app(scope: dict, receive: Any, send: Any) -> None:
+    """Echoes the body; reports what it saw of the request in ``x-seen-*`` headers."""
+    if scope["type"] != "http":
+        return
+    body = await read_body(receive)
+    seen = [(b"x-seen-" + name, value) for name, value in scope["headers"]]
+    headers = [
+        (b"content-type", b"application/octet-stream"),
+        (b"x-method", scope["method"].encode()),
+        (b"x-path", scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")),
+        (b"x-http-version", scope["http_version"].encode()),
+        *seen,
+    ]
+    if scope["method"] == "HEAD":
+        headers.append((b"content-length", b"1234"))
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    if scope["path"] == "/no-content":
+        await send({"type": "http.response.start", "status": 204, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+@pytest.fixture
+async def hypercorn_echo(tls: TLSFiles) -> AsyncIterator[str]:
+    async with run_hypercorn(echo_app, tls) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def running_proxy(upstream: str, tls: TLSFiles | None = None, **settings: Any) -> AsyncIterator[Proxy]:
+    if tls is not None and upstream.startswith("https"):
+        settings.setdefault("ca_file", tls.ca_file)
+    settings.setdefault("shutdown_grace", 2.0)
+    settings.setdefault("connect_timeout", 3.0)
+    proxy = Proxy(upstream=upstream, listen="127.0.0.1:0", **settings)
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.stop(grace=0)
+        await assert_nothing_left(proxy)
+
+
+async def assert_nothing_left(proxy: Proxy) -> None:
+    """After stop: no exchange, client, stream or task of the proxy's is left."""
+    for _ in range(50):
+        tasks = [
+            t
+            for t in asyncio.all_tasks()
+            if t is not asyncio.current_task() and "h2ping" in repr(t.get_coro())
+        ]
+        if not tasks and not proxy.exchanges and not proxy.clients:
+            break
+        await asyncio.sleep(0.02)
+    assert not proxy.exchanges, proxy.exchanges
+    assert not proxy.clients, proxy.clients
+    assert not tasks, tasks
+    assert proxy.pool is not None
+    for conn in proxy.pool.connections:
+        assert not conn.streams, conn
+    gc.collect()
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    # The calling framework's client: aiohttp, HTTP/1.1, keep-alive, no timeout.
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
+        yield s

@@ -1,0 +1,122 @@
+"""The HTTP/1.1 side, driven over raw sockets for what a polite client never sends."""
+
+from __future__ import annotations
+
+import asyncio
+
+from .conftest import TLSFiles, running_proxy
+
+
+async def exchange_raw(port: int, data: bytes, *, timeout: float = 5.0) -> bytes:
+    """Send ``data``, read until the proxy closes the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    try:
+        return await asyncio.wait_for(reader.read(), timeout)
+    finally:
+        writer.close()
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, dict[bytes, bytes], bytes]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    status_line, *lines = head[:-4].split(b"\r\n")
+    fields = {}
+    for line in lines:
+        name, _, value = line.partition(b":")
+        fields[name.strip().lower()] = value.strip()
+    body = b""
+    if b"content-length" in fields:
+        body = await reader.readexactly(int(fields[b"content-length"]))
+    return status_line, fields, body
+
+
+async def test_malformed_request_gets_400_and_close(hypercorn_echo: str, tls: TLSFiles) -> None:
+    async with running_proxy(hypercorn_echo, tls) as proxy:
+        raw = await exchange_raw(proxy.port, b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert b"connection: close" in raw.lower()
+    assert b"malformed" in raw
+
+
+async def test_oversized_head_gets_431(hypercorn_echo: str, tls: TLSFiles) -> None:
+    big = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"a" * 1000) for i in range(70))
+    async with running_proxy(hypercorn_echo, tls) as proxy:
+        raw = await exchange_raw(proxy.port, b"GET / HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n")
+    assert raw.startswith(b"HTTP/1.1 431 ")
+
+
+async def test_head_just_under_limit_is_forwarded(hypercorn_echo: str, tls: TLSFiles) -> None:
+    big = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"a" * 1000) for i in range(50))
+    async with running_proxy(hypercorn_echo, tls) as proxy:
+        raw = await exchange_raw(
+            proxy.port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + big + b"\r\n"
+        )
+    assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def test_pipelined_requests_answered_in_order(hypercorn_echo: str, tls: TLSFiles) -> None:
+    requests = b"".join(
+        b"POST /p%d HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n%02d" % (i, i) for i in range(5)
+    )
+    async with running_proxy(hypercorn_echo, tls) as proxy:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(requests)
+        bodies = [(await read_response(reader))[2] for _ in range(5)]
+        writer.close()
+    assert bodies == [b"%02d" % i for i in range(5)]
+
+
+async def test_expect_100_continue(hypercorn_echo: str, tls: TLSFiles) -> None:
+    async with running_proxy(hypercorn_echo, tls) as proxy:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(
+            b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n"
+        )
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"hello")
+        status, fields, body = await read_response(reader)
+        writer.close()
+    assert status == b"HTTP/1.1 200 OK"
+    assert body == b"hello"
+    assert b"x-seen-expect" not in fields
+
+
+async def test_http10_client_gets_close_delimited_body(tls: TLSFiles) -> None:
+    from .conftest import read_body, run_hypercorn
+
+    async def app(scope, receive, send):  # no content-length: would be chunked for 1.1
+        await read_body(receive)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"abc", "more_body": True})
+        await send({"type": "http.response.body", "body": b"def"})
+
+    async with run_hypercorn(app, tls) as url, running_proxy(url, tls) as proxy:
+        raw = await exchange_raw(proxy.port, b"GET / HTTP/1.0\r\n\r\n")
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"transfer-encoding" not in head.lower()
+    assert body == b"abcdef"
+
+
+async def test_absolute_form_target_goes_to_configured_upstream(
+    hypercorn_echo: str, tls: TLSFiles
+) -> None:
+    async with running_proxy(hypercorn_echo, tls) as proxy:
+        raw = await exchange_raw(
+            proxy.port,
+            b"GET http://evil.example/steal?x=1 HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+        )
+    assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"x-path: /steal?x=1" in raw
+    assert b"evil.example" not in raw.split(b"\r\n\r\n")[0].split(b"x-seen-host: ")[1][:30]
+
+
+async def test_client_half_close_still_gets_its_answer(hypercorn_echo: str, tls: TLSFiles) -> None:
+    async with running_proxy(hypercorn_echo, tls) as proxy:
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(b"POST /h HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+        writer.write_eof()
+        raw = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+    assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert raw.endswith(b"abc")
