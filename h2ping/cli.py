@@ -27,9 +27,7 @@ _GO_RUNTIME_ENV = ("GOMEMLIMIT", "GOMAXPROCS")
 def setup_logging(config: Config) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        logging.Formatter(
-            f"%(asctime)s %(levelname)s h2ping {config.instance_name}: %(message)s"
-        )
+        logging.Formatter(f"%(asctime)s %(levelname)s h2ping {config.instance_name}: %(message)s")
     )
     root = logging.getLogger("h2ping")
     root.handlers[:] = [handler]

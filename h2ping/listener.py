@@ -116,9 +116,7 @@ class ResponseWriter:
         (HTTP/1.1) or delimited by closing the connection (HTTP/1.0)."""
         request = self._request
         self.started = True
-        self._no_body = (
-            request.method == b"HEAD" or status in (204, 304) or 100 <= status < 200
-        )
+        self._no_body = request.method == b"HEAD" or status in (204, 304) or 100 <= status < 200
         has_length = any(name == b"content-length" for name, _ in headers)
         if not self._no_body and not has_length:
             if request.http_version == "1.1" and has_body:
@@ -218,7 +216,6 @@ class ClientConnection(asyncio.Protocol):
         self._in_head = False
         self._reading: tuple[RequestHandler, Request] | None = None
         self._rejection: tuple[int, str] | None = None  # parse error awaiting its turn
-        self._eof = False
         # Requests whose responses are pending, oldest (the one being answered) first.
         self._pending: deque[tuple[RequestHandler, ResponseWriter]] = deque()
 
@@ -264,13 +261,10 @@ class ClientConnection(asyncio.Protocol):
             self._reject(431, "request header fields too large")
 
     def eof_received(self) -> bool:
-        # A half-close: answer what was asked in full, then close.
-        self._eof = True
-        self._drop_unfinished_request()
-        if not self._pending:
-            return False
-        self.pause_reading()
-        return True
+        # A client that closes its side has gone away (aiohttp, and nearly every
+        # client, never half-closes to wait for an answer); as nginx does, cancel
+        # its requests rather than keep a long upstream call running for nobody.
+        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -370,9 +364,7 @@ class ClientConnection(asyncio.Protocol):
             self._pending[0][0].start()
         elif self._rejection is not None:
             self._send_rejection()
-        elif self._eof:
-            self.close()
-        if len(self._pending) <= 1 and not self._eof and self._rejection is None:
+        if len(self._pending) <= 1 and self._rejection is None:
             self.resume_reading()
 
     def pause_reading(self) -> None:

@@ -13,6 +13,7 @@ the streams the server has promised to finish (design.md section 5).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import socket
@@ -206,9 +207,7 @@ class UpstreamConnection(asyncio.Protocol):
             except h2.exceptions.ProtocolError:
                 pass
             self._transport.close()
-        self._fail_all(
-            UpstreamError(errors.CONNECTION_TERMINATED, f"connection closed: {reason}")
-        )
+        self._fail_all(UpstreamError(errors.CONNECTION_TERMINATED, f"connection closed: {reason}"))
         self._set_closed(reason)
 
     # ----------------------------------------------------------------- protocol
@@ -420,10 +419,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._schedule_flush()
 
     def _reset(self, stream: UpstreamStream, error_code: int) -> None:
-        try:
+        with contextlib.suppress(h2.exceptions.ProtocolError):  # already closed in h2
             self._h2.reset_stream(stream.stream_id, error_code)
-        except h2.exceptions.ProtocolError:
-            pass  # already closed on h2's side
         self._forget(stream)
         self._schedule_flush()
 
@@ -550,4 +547,3 @@ async def connect(
             errors.DESTINATION_UNAVAILABLE, f"{target}: {exc.strerror or exc}"
         ) from None
     return protocol
-

@@ -20,7 +20,9 @@ from hypercorn.config import Config as HypercornConfig
 
 from h2ping import Proxy
 
-ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+ASGIApp = Callable[
+    [dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]
+]
 
 
 @dataclass
@@ -78,9 +80,7 @@ async def wait_for_port(port: int, timeout: float = 5.0) -> None:
 
 
 @contextlib.asynccontextmanager
-async def run_hypercorn(
-    app: ASGIApp, tls: TLSFiles | None, **options: Any
-) -> AsyncIterator[str]:
+async def run_hypercorn(app: ASGIApp, tls: TLSFiles | None, **options: Any) -> AsyncIterator[str]:
     """Serve ``app`` with hypercorn over TLS+h2 (or h2c when ``tls`` is None)."""
     config = HypercornConfig()
     port = free_port()
@@ -121,7 +121,10 @@ async def echo_app(scope: dict, receive: Any, send: Any) -> None:
     headers = [
         (b"content-type", b"application/octet-stream"),
         (b"x-method", scope["method"].encode()),
-        (b"x-path", scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")),
+        (
+            b"x-path",
+            scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b""),
+        ),
         (b"x-http-version", scope["http_version"].encode()),
         *seen,
     ]
@@ -146,7 +149,9 @@ async def hypercorn_echo(tls: TLSFiles) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def running_proxy(upstream: str, tls: TLSFiles | None = None, **settings: Any) -> AsyncIterator[Proxy]:
+async def running_proxy(
+    upstream: str, tls: TLSFiles | None = None, **settings: Any
+) -> AsyncIterator[Proxy]:
     if tls is not None and upstream.startswith("https"):
         settings.setdefault("ca_file", tls.ca_file)
     settings.setdefault("shutdown_grace", 2.0)

@@ -41,7 +41,9 @@ async def test_get_download(tls: TLSFiles, session: aiohttp.ClientSession, size:
         await read_body(receive)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         for i in range(0, size, 300_000):
-            await send({"type": "http.response.body", "body": payload[i : i + 300_000], "more_body": True})
+            await send(
+                {"type": "http.response.body", "body": payload[i : i + 300_000], "more_body": True}
+            )
         await send({"type": "http.response.body", "body": b""})
 
     async with run_hypercorn(app, tls) as url, running_proxy(url, tls) as proxy:
@@ -79,7 +81,11 @@ async def test_streamed_response_arrives_chunk_by_chunk(
     async def app(scope: dict, receive: Any, send: Any) -> None:
         await read_body(receive)
         await send(
-            {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")],
+            }
         )
         await send({"type": "http.response.body", "body": b"data: one\n\n", "more_body": True})
         # The second event is produced only after the client has seen the first.
@@ -94,7 +100,9 @@ async def test_streamed_response_arrives_chunk_by_chunk(
             assert await resp.content.read() == b"data: two\n\n"
 
 
-async def test_head_and_204(hypercorn_echo: str, tls: TLSFiles, session: aiohttp.ClientSession) -> None:
+async def test_head_and_204(
+    hypercorn_echo: str, tls: TLSFiles, session: aiohttp.ClientSession
+) -> None:
     async with running_proxy(hypercorn_echo, tls) as proxy:
         async with session.head(proxy.url + "/thing") as resp:
             assert resp.status == 200
@@ -113,10 +121,13 @@ async def test_authority_rewritten_and_credentials_untouched(
     hypercorn_echo: str, tls: TLSFiles, session: aiohttp.ClientSession
 ) -> None:
     token = "Bearer nvapi-" + "x" * 40 + "==/+ä".encode().decode("latin-1")
-    async with running_proxy(hypercorn_echo, tls) as proxy, session.get(
-        proxy.url + "/v1/models?limit=5",
-        headers={"Authorization": token, "X-Custom": "  spaced value", "Cookie": "a=1; b=2"},
-    ) as resp:
+    async with (
+        running_proxy(hypercorn_echo, tls) as proxy,
+        session.get(
+            proxy.url + "/v1/models?limit=5",
+            headers={"Authorization": token, "X-Custom": "  spaced value", "Cookie": "a=1; b=2"},
+        ) as resp,
+    ):
         assert resp.status == 200
         upstream_port = hypercorn_echo.rsplit(":", 1)[1]
         assert resp.headers["x-seen-host"] == f"127.0.0.1:{upstream_port}"
@@ -141,10 +152,14 @@ async def test_hop_by_hop_headers_not_forwarded(
                 "X-End-To-End": "yes",
             },
         ) as resp:
-            seen = {k.lower()[len("x-seen-") :] for k in resp.headers if k.lower().startswith("x-seen-")}
+            seen = {
+                k.lower()[len("x-seen-") :] for k in resp.headers if k.lower().startswith("x-seen-")
+            }
             assert resp.status == 200
     assert "x-end-to-end" in seen
-    assert seen.isdisjoint({"connection", "x-hop", "keep-alive", "proxy-connection", "transfer-encoding"})
+    assert seen.isdisjoint(
+        {"connection", "x-hop", "keep-alive", "proxy-connection", "transfer-encoding"}
+    )
     assert resp.headers["x-seen-te"] == "trailers"
 
 
@@ -161,7 +176,9 @@ async def test_200_concurrent_requests_with_10_streams_per_connection(
         peak[conn] = max(peak.get(conn, 0), active[conn])
         await asyncio.sleep(0.2)
         active[conn] -= 1
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+        )
         await send({"type": "http.response.body", "body": b"ok"})
 
     connector = aiohttp.TCPConnector(limit=0)
@@ -180,11 +197,12 @@ async def test_200_concurrent_requests_with_10_streams_per_connection(
     assert len(peak) >= 2
 
 
-async def test_keep_alive_reuses_client_connection(
-    hypercorn_echo: str, tls: TLSFiles
-) -> None:
+async def test_keep_alive_reuses_client_connection(hypercorn_echo: str, tls: TLSFiles) -> None:
     connector = aiohttp.TCPConnector(limit=1)
-    async with running_proxy(hypercorn_echo, tls) as proxy, aiohttp.ClientSession(connector=connector) as s:
+    async with (
+        running_proxy(hypercorn_echo, tls) as proxy,
+        aiohttp.ClientSession(connector=connector) as s,
+    ):
         for i in range(20):
             async with s.post(proxy.url + "/k", data=str(i).encode()) as resp:
                 assert await resp.read() == str(i).encode()

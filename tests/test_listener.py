@@ -104,19 +104,34 @@ async def test_absolute_form_target_goes_to_configured_upstream(
     async with running_proxy(hypercorn_echo, tls) as proxy:
         raw = await exchange_raw(
             proxy.port,
-            b"GET http://evil.example/steal?x=1 HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+            b"GET http://evil.example/steal?x=1 HTTP/1.1\r\n"
+            b"Host: evil.example\r\nConnection: close\r\n\r\n",
         )
     assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
     assert b"x-path: /steal?x=1" in raw
-    assert b"evil.example" not in raw.split(b"\r\n\r\n")[0].split(b"x-seen-host: ")[1][:30]
+    upstream_port = hypercorn_echo.rsplit(":", 1)[1].encode()
+    assert b"x-seen-host: 127.0.0.1:" + upstream_port + b"\r\n" in raw
 
 
-async def test_client_half_close_still_gets_its_answer(hypercorn_echo: str, tls: TLSFiles) -> None:
-    async with running_proxy(hypercorn_echo, tls) as proxy:
+async def test_client_close_after_request_cancels_it(tls: TLSFiles) -> None:
+    from h2.errors import ErrorCodes
+
+    from h2ping.testing import ScriptedRequest, ScriptedUpstream
+
+    async def handler(request: ScriptedRequest) -> None:
+        await request.body()
+        await asyncio.sleep(30)
+
+    async with (
+        ScriptedUpstream(handler, ssl_context=tls.server_context()) as up,
+        running_proxy(up.url, tls) as proxy,
+    ):
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
         writer.write(b"POST /h HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
-        writer.write_eof()
-        raw = await asyncio.wait_for(reader.read(), 5)
+        await up.wait_for(lambda: len(up.requests) == 1)
+        writer.write_eof()  # the client is gone: nobody will read an answer
+        (request,) = up.requests
+        await asyncio.wait_for(request.reset_by_client.wait(), 5)
+        assert request.client_reset_code == ErrorCodes.CANCEL
+        assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
-    assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
-    assert raw.endswith(b"abc")

@@ -18,8 +18,12 @@ from .conftest import TLSFiles, free_port, read_body, run_hypercorn, wait_for_po
 @asynccontextmanager
 async def h2ping_process(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "h2ping", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "h2ping",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         yield proc
@@ -42,7 +46,7 @@ async def read_line_with(proc: asyncio.subprocess.Process, needle: str, timeout:
 
 async def test_bad_flag_exits_2_with_one_line() -> None:
     async with h2ping_process("-upstream", "https://x", "-ping-interval", "soon") as proc:
-        stdout, stderr = await asyncio.wait_for(proc.communicate(), 10)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 10)
     assert proc.returncode == 2
     lines = stderr.decode().strip().splitlines()
     assert len(lines) == 1, lines
@@ -61,7 +65,9 @@ async def test_port_in_use_exits_1_with_message() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        async with h2ping_process("-listen", f"127.0.0.1:{port}", "-upstream", "https://127.0.0.1:1") as proc:
+        async with h2ping_process(
+            "-listen", f"127.0.0.1:{port}", "-upstream", "https://127.0.0.1:1"
+        ) as proc:
             _, stderr = await asyncio.wait_for(proc.communicate(), 10)
     assert proc.returncode == 1
     last = stderr.decode().strip().splitlines()[-1]
@@ -90,15 +96,23 @@ async def test_sigterm_drains_in_flight_request(tls: TLSFiles) -> None:
         await read_body(receive)
         arrived.set()
         await asyncio.sleep(1.0)
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4")]})
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4")]}
+        )
         await send({"type": "http.response.body", "body": b"done"})
 
     port = free_port()
     async with (
         run_hypercorn(slow_app, tls) as url,
         h2ping_process(
-            "-listen", f"127.0.0.1:{port}", "-upstream", url,
-            "-ca-file", tls.ca_file, "-shutdown-grace", "10s",
+            "-listen",
+            f"127.0.0.1:{port}",
+            "-upstream",
+            url,
+            "-ca-file",
+            tls.ca_file,
+            "-shutdown-grace",
+            "10s",
         ) as proc,
         aiohttp.ClientSession() as session,
     ):
@@ -133,8 +147,14 @@ async def test_grace_expiry_cuts_and_exits_0(tls: TLSFiles) -> None:
     async with (
         run_hypercorn(never, tls) as url,
         h2ping_process(
-            "-listen", f"127.0.0.1:{port}", "-upstream", url,
-            "-ca-file", tls.ca_file, "-shutdown-grace", "500ms",
+            "-listen",
+            f"127.0.0.1:{port}",
+            "-upstream",
+            url,
+            "-ca-file",
+            tls.ca_file,
+            "-shutdown-grace",
+            "500ms",
         ) as proc,
         aiohttp.ClientSession() as session,
     ):

@@ -57,7 +57,8 @@ async def test_wrong_hostname_is_rejected(
         run_hypercorn(
             echo_app, tls, certfile=str(tmp_path / "c.pem"), keyfile=str(tmp_path / "k.pem")
         ) as url,
-        running_proxy(url, tls) as proxy,session.get(proxy.url + "/") as resp
+        running_proxy(url, tls) as proxy,
+        session.get(proxy.url + "/") as resp,
     ):
         assert resp.status == 502
         assert proxy_status_error(resp) == "tls_certificate_error"
@@ -67,7 +68,8 @@ async def test_wrong_hostname_is_rejected(
 async def test_peer_without_h2_alpn(tls: TLSFiles, session: aiohttp.ClientSession) -> None:
     async with (
         run_hypercorn(echo_app, tls, alpn_protocols=["http/1.1"]) as url,
-        running_proxy(url, tls) as proxy,session.get(proxy.url + "/") as resp
+        running_proxy(url, tls) as proxy,
+        session.get(proxy.url + "/") as resp,
     ):
         text = await resp.text()
         assert resp.status == 502
@@ -75,9 +77,14 @@ async def test_peer_without_h2_alpn(tls: TLSFiles, session: aiohttp.ClientSessio
         assert "ALPN" in text
 
 
-async def test_plain_tcp_peer_for_https_upstream(tls: TLSFiles, session: aiohttp.ClientSession) -> None:
+async def test_plain_tcp_peer_for_https_upstream(
+    tls: TLSFiles, session: aiohttp.ClientSession
+) -> None:
     # An h2c server where TLS is expected: the handshake fails.
-    async with run_hypercorn(echo_app, None) as url, running_proxy(url.replace("http:", "https:"), tls) as proxy:
+    async with (
+        run_hypercorn(echo_app, None) as url,
+        running_proxy(url.replace("http:", "https:"), tls) as proxy,
+    ):
         async with session.get(proxy.url + "/") as resp:
             assert resp.status == 502
             assert proxy_status_error(resp) == "tls_protocol_error"
