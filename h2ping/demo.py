@@ -1,0 +1,106 @@
+"""``python -m h2ping.demo``: h2ping against an embedded HTTP/2 upstream, no network.
+
+Starts a local HTTP/2 server (h2c, prior knowledge) and h2ping in front of it, then
+sends plain HTTP/1.1 requests the way an aiohttp client would and prints what came
+back: status, the upstream's view of the request, and that the bytes round-tripped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import sys
+import time
+
+from .proxy import Proxy
+from .testing import ScriptedRequest, ScriptedUpstream
+
+
+async def _upstream_handler(request: ScriptedRequest) -> None:
+    body = await request.body()
+    if request.path.startswith("/slow"):
+        await asyncio.sleep(1.5)  # a model that thinks before its first byte
+    if request.path.startswith("/stream"):
+        await request.send_headers(200, [("content-type", "text/event-stream")])
+        for i in range(3):
+            await request.send_data(b"data: token %d\n\n" % i)
+            await asyncio.sleep(0.2)
+        await request.end()
+        return
+    info = (
+        f"upstream saw {request.method} {request.path} on HTTP/2 stream {request.stream_id}, "
+        f":authority {request.authority}, authorization "
+        f"{'present' if request.header('authorization') else 'absent'}, "
+        f"{len(body)} body bytes sha256={hashlib.sha256(body).hexdigest()[:16]}"
+    )
+    await request.respond(200, [("content-type", "text/plain")], info.encode())
+
+
+async def _http1(port: int, method: str, path: str, body: bytes = b"") -> tuple[str, bytes]:
+    """A minimal HTTP/1.1 client (the demo needs nothing beyond the runtime deps)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Authorization: Bearer demo-token\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    raw = await reader.read()
+    writer.close()
+    status_line, _, rest = raw.partition(b"\r\n")
+    fields, _, payload = rest.partition(b"\r\n\r\n")
+    if b"transfer-encoding: chunked" in fields.lower():
+        payload = _dechunk(payload)
+    return status_line.decode(), payload
+
+
+def _dechunk(data: bytes) -> bytes:
+    out = bytearray()
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out += data[:size]
+        data = data[size + 2 :]
+    return bytes(out)
+
+
+async def run_demo() -> int:
+    async with ScriptedUpstream(_upstream_handler) as upstream:
+        async with Proxy(upstream=upstream.url, listen="127.0.0.1:0", ping_interval=0.5) as proxy:
+            print(f"embedded HTTP/2 upstream: {upstream.url} (h2c)")
+            print(f"h2ping listening on {proxy.url} -> {upstream.url}\n")
+
+            status, body = await _http1(proxy.port, "GET", "/v1/models")
+            print(f"GET /v1/models -> {status}\n    {body.decode()}")
+
+            payload = os.urandom(1024 * 1024)
+            status, body = await _http1(proxy.port, "POST", "/v1/echo", payload)
+            print(f"POST /v1/echo (1 MiB) -> {status}\n    {body.decode()}")
+            print(f"    client sent sha256={hashlib.sha256(payload).hexdigest()[:16]}")
+
+            status, body = await _http1(proxy.port, "GET", "/stream")
+            print(f"GET /stream -> {status}, chunked body:\n    {body.decode()!r}")
+
+            started = time.monotonic()
+            status, body = await _http1(proxy.port, "POST", "/slow", b"{}")
+            print(
+                f"POST /slow -> {status} after {time.monotonic() - started:.1f}s of silence"
+            )
+            print(f"\nproxy counters: {proxy.stats.summary()}")
+            print(f"upstream connections opened: {len(upstream.connections)}")
+    return 0
+
+
+def main() -> int:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(run_demo())
+    return uvloop.run(run_demo())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
