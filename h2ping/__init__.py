@@ -1,7 +1,8 @@
 """h2ping: an HTTP/1.1 to HTTP/2 forwarding proxy that keeps silent requests alive."""
 
 from .config import Config
-from .proxy import Proxy, Stats
+from .proxy import Proxy
+from .stats import Stats
 
 __all__ = ["Config", "Proxy", "Stats"]
 __version__ = "0.1.0"

@@ -68,29 +68,34 @@ def _dechunk(data: bytes) -> bytes:
 
 
 async def run_demo() -> int:
-    async with ScriptedUpstream(_upstream_handler) as upstream:
-        async with Proxy(upstream=upstream.url, listen="127.0.0.1:0", ping_interval=0.5) as proxy:
-            print(f"embedded HTTP/2 upstream: {upstream.url} (h2c)")
-            print(f"h2ping listening on {proxy.url} -> {upstream.url}\n")
+    async with (
+        ScriptedUpstream(_upstream_handler) as upstream,
+        Proxy(upstream=upstream.url, listen="127.0.0.1:0", ping_interval=0.5) as proxy,
+    ):
+        print(f"embedded HTTP/2 upstream: {upstream.url} (h2c)")
+        print(f"h2ping listening on {proxy.url} -> {upstream.url}\n")
 
-            status, body = await _http1(proxy.port, "GET", "/v1/models")
-            print(f"GET /v1/models -> {status}\n    {body.decode()}")
+        status, body = await _http1(proxy.port, "GET", "/v1/models")
+        print(f"GET /v1/models -> {status}\n    {body.decode()}")
 
-            payload = os.urandom(1024 * 1024)
-            status, body = await _http1(proxy.port, "POST", "/v1/echo", payload)
-            print(f"POST /v1/echo (1 MiB) -> {status}\n    {body.decode()}")
-            print(f"    client sent sha256={hashlib.sha256(payload).hexdigest()[:16]}")
+        payload = os.urandom(1024 * 1024)
+        status, body = await _http1(proxy.port, "POST", "/v1/echo", payload)
+        print(f"POST /v1/echo (1 MiB) -> {status}\n    {body.decode()}")
+        print(f"    client sent sha256={hashlib.sha256(payload).hexdigest()[:16]}")
 
-            status, body = await _http1(proxy.port, "GET", "/stream")
-            print(f"GET /stream -> {status}, chunked body:\n    {body.decode()!r}")
+        status, body = await _http1(proxy.port, "GET", "/stream")
+        print(f"GET /stream -> {status}, chunked body:\n    {body.decode()!r}")
 
-            started = time.monotonic()
-            status, body = await _http1(proxy.port, "POST", "/slow", b"{}")
-            print(
-                f"POST /slow -> {status} after {time.monotonic() - started:.1f}s of silence"
-            )
-            print(f"\nproxy counters: {proxy.stats.summary()}")
-            print(f"upstream connections opened: {len(upstream.connections)}")
+        started = time.monotonic()
+        pings_before = proxy.stats.pings_sent
+        status, body = await _http1(proxy.port, "POST", "/slow", b"{}")
+        print(
+            f"POST /slow -> {status} after {time.monotonic() - started:.1f}s of silence; "
+            f"h2ping sent {proxy.stats.pings_sent - pings_before} PINGs meanwhile "
+            f"(ping-interval {proxy.config.ping_interval:g}s)"
+        )
+        print(f"\nproxy counters: {proxy.stats.summary()}")
+        print(f"upstream connections opened: {len(upstream.connections)}")
     return 0
 
 

@@ -15,21 +15,22 @@ from collections import deque
 
 from .config import Config
 from .errors import UpstreamError
+from .stats import Stats
 from .upstream import ConnState, UpstreamConnection, connect
 
 log = logging.getLogger("h2ping.pool")
 
 
 class Pool:
-    def __init__(self, config: Config, ssl_context: ssl.SSLContext | None) -> None:
+    def __init__(self, config: Config, ssl_context: ssl.SSLContext | None, stats: Stats) -> None:
         self._config = config
+        self._stats = stats
         self._ssl_context = ssl_context
         self._conns: list[UpstreamConnection] = []
         self._waiters: deque[asyncio.Future[UpstreamConnection]] = deque()
         self._connecting: asyncio.Task[None] | None = None
         self._next_id = 1
         self._closed = False
-        self.connections_opened = 0
 
     @property
     def connections(self) -> list[UpstreamConnection]:
@@ -105,22 +106,15 @@ class Pool:
         self._next_id += 1
         try:
             conn = await connect(
-                self._config.upstream,
-                self._ssl_context,
-                conn_id,
-                self._config.connect_timeout,
-                self._on_conn_change,
+                self._config, self._ssl_context, conn_id, self._on_conn_change, self._stats
             )
         except UpstreamError as exc:
             log.warning("conn=%d connect to %s failed: %s", conn_id, self._config.upstream, exc)
             self._connecting = None
             self._fail_waiters(exc)
             return
-        finally:
-            if asyncio.current_task() is self._connecting and self._closed:
-                self._connecting = None
         self._connecting = None
-        self.connections_opened += 1
+        self._stats.connections_opened += 1
         log.debug("conn=%d open to %s, max streams %d", conn_id, conn.upstream, conn.max_streams)
         if self._closed:
             conn.close("proxy shutting down")

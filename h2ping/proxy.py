@@ -9,7 +9,6 @@ Usable from a program or a test suite::
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import ssl
 from typing import Any
@@ -19,21 +18,9 @@ from .exchange import Exchange
 from .listener import ClientConnection, Request, ResponseWriter
 from .pool import Pool
 from .sockets import raise_nofile_limit
+from .stats import Stats
 
 log = logging.getLogger("h2ping")
-
-
-@dataclasses.dataclass
-class Stats:
-    """Counters of what happened, readable while the proxy runs."""
-
-    requests: int = 0
-    failed: int = 0  # answered with a 502
-    aborted: int = 0  # client connection cut after response headers
-    replays: int = 0  # refused streams sent again
-
-    def summary(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
 
 
 def make_ssl_context(config: Config) -> ssl.SSLContext:
@@ -93,7 +80,7 @@ class Proxy:
         context = self._ssl_context
         if context is None and config.upstream.tls:
             context = make_ssl_context(config)
-        self.pool = Pool(config, context)
+        self.pool = Pool(config, context, self.stats)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: ClientConnection(self._new_exchange, self.clients),

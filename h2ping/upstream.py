@@ -30,10 +30,11 @@ import h2.settings
 from h2.errors import ErrorCodes
 
 from . import errors
-from .config import Upstream
+from .config import Config
 from .errors import UpstreamError
 from .headers import Header
 from .sockets import set_tcp_keepalive
+from .stats import Stats
 
 log = logging.getLogger("h2ping.upstream")
 
@@ -48,6 +49,9 @@ LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
 
 _GOAWAY = 0x7
 _FRAME_HEADER = 9
+#: Before declaring a connection dead, look once more after this long, so reads
+#: that a blocked event loop has not processed yet still count.
+_DEATH_CONFIRM_DELAY = 0.05
 
 
 class StreamSink(Protocol):
@@ -131,11 +135,12 @@ class UpstreamConnection(asyncio.Protocol):
 
     def __init__(
         self,
-        upstream: Upstream,
+        config: Config,
         conn_id: int,
         on_change: Callable[[UpstreamConnection], None],
+        stats: Stats,
     ) -> None:
-        self.upstream = upstream
+        self.upstream = config.upstream
         self.id = conn_id
         self.state = ConnState.CONNECTING
         self.streams: dict[int, UpstreamStream] = {}
@@ -150,6 +155,16 @@ class UpstreamConnection(asyncio.Protocol):
         self._inbuf = b""
         self._flush_scheduled = False
         self._blocked: set[UpstreamStream] = set()  # streams with body waiting on windows
+        self._stats = stats
+        # Liveness: one timer per connection, checked lazily (reads never touch it).
+        self._ping_interval = config.ping_interval
+        self._ping_timeout = config.ping_timeout
+        self._last_read = self._loop.time()
+        self._ping_sent_at: float | None = None
+        self._ping_payload = b""
+        self._ping_count = 0
+        self._liveness_timer: asyncio.TimerHandle | None = None
+        self._confirming = False
         config = h2.config.H2Configuration(client_side=True, header_encoding=None)
         self._h2 = h2.connection.H2Connection(config=config)
 
@@ -225,6 +240,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._flush()
 
     def data_received(self, data: bytes) -> None:
+        # Any inbound byte proves the peer alive, even a PING ACK still queued
+        # behind megabytes of DATA has not arrived yet.
+        self._last_read = self._loop.time()
         if self._inbuf:
             data = self._inbuf + data
         # Hand h2 whole frames; GOAWAY frames are ours (see module docstring).
@@ -281,6 +299,8 @@ class UpstreamConnection(asyncio.Protocol):
                 self._on_window_update(event.stream_id)
             elif kind is h2.events.RemoteSettingsChanged:
                 self._on_settings(event)
+            elif kind is h2.events.PingAckReceived:
+                self._on_ping_ack(event.ping_data)
             elif kind is h2.events.ConnectionTerminated:
                 # Not reached while GOAWAY frames are split off; kept as a backstop.
                 self._protocol_error(f"connection terminated: {event.error_code!r}")
@@ -327,6 +347,7 @@ class UpstreamConnection(asyncio.Protocol):
         if not self._ready.done():
             self.state = ConnState.OPEN
             self._ready.set_result(None)
+            self._schedule_liveness(self._last_read + self._ping_interval)
         self._on_change(self)
 
     def _on_goaway(self, payload: bytes) -> None:
@@ -337,6 +358,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self.goaway_last_stream_id is not None:
             last_stream_id = min(last_stream_id, self.goaway_last_stream_id)
         self.goaway_last_stream_id = last_stream_id
+        self._stats.goaways += 1
         try:
             code_name = ErrorCodes(code).name
         except ValueError:
@@ -449,6 +471,74 @@ class UpstreamConnection(asyncio.Protocol):
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
 
+    # ----------------------------------------------------------------- liveness
+
+    def _schedule_liveness(self, when: float) -> None:
+        if self._ping_interval <= 0 or self.state is ConnState.CLOSED:
+            return
+        self._liveness_timer = self._loop.call_at(when, self._check_liveness)
+
+    def _check_liveness(self) -> None:
+        """Send a PING after ``ping_interval`` without reads; declare the connection
+        dead if nothing at all arrived within ``ping_timeout`` of it."""
+        self._liveness_timer = None
+        now = self._loop.time()
+        sent_at = self._ping_sent_at
+        if sent_at is not None:
+            if self._last_read >= sent_at:
+                self._ping_sent_at = None  # something arrived: alive
+            elif now - sent_at >= self._ping_timeout:
+                # Confirm after one more turn of the loop: if the loop itself was
+                # blocked, bytes may be waiting in the socket unread.
+                if self._confirming:
+                    self._declare_dead(now - self._last_read)
+                    return
+                self._confirming = True
+                self._schedule_liveness(now + _DEATH_CONFIRM_DELAY)
+                return
+            else:
+                self._schedule_liveness(sent_at + self._ping_timeout)
+                return
+        self._confirming = False
+        idle_until = self._last_read + self._ping_interval
+        if now < idle_until:
+            self._schedule_liveness(idle_until)
+            return
+        self._send_ping(now)
+        # Look again after an interval: an ACK by then restarts the idle clock.
+        self._schedule_liveness(now + min(self._ping_interval, self._ping_timeout))
+
+    def _send_ping(self, now: float) -> None:
+        self._ping_count += 1
+        self._ping_payload = self._ping_count.to_bytes(8, "big")
+        self._ping_sent_at = now
+        self._h2.ping(self._ping_payload)
+        self._flush()
+        self._stats.pings_sent += 1
+
+    def _on_ping_ack(self, payload: bytes) -> None:
+        self._stats.ping_acks += 1
+        if payload == self._ping_payload and self._ping_sent_at is not None:
+            self._stats.last_ping_rtt = self._loop.time() - self._ping_sent_at
+
+    def _declare_dead(self, silent_for: float) -> None:
+        self._stats.ping_timeouts += 1
+        log.warning(
+            "conn=%d dead: nothing received for %.1fs, %.1fs after a PING (ping-timeout %gs); "
+            "failing %d streams",
+            self.id,
+            silent_for,
+            self._loop.time() - (self._ping_sent_at or 0.0),
+            self._ping_timeout,
+            len(self.streams),
+        )
+        error = UpstreamError(
+            errors.CONNECTION_TERMINATED,
+            f"upstream connection {self.id} dead: no frame for {silent_for:.1f}s after a PING",
+        )
+        self._fail_all(error)
+        self._set_closed("ping timeout")
+
     # ----------------------------------------------------------------- ending
 
     def _drain(self, reason: str) -> None:
@@ -485,6 +575,9 @@ class UpstreamConnection(asyncio.Protocol):
         self.state = ConnState.CLOSED
         self.close_reason = self.close_reason or reason
         self._inbuf = b""
+        if self._liveness_timer is not None:
+            self._liveness_timer.cancel()
+            self._liveness_timer = None
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
@@ -501,16 +594,18 @@ def _ssl_error(exc: ssl.SSLError) -> UpstreamError:
 
 
 async def connect(
-    upstream: Upstream,
+    config: Config,
     ssl_context: ssl.SSLContext | None,
     conn_id: int,
-    timeout: float,
     on_change: Callable[[UpstreamConnection], None],
+    stats: Stats,
 ) -> UpstreamConnection:
     """Open a connection and wait for the peer's SETTINGS (so we know its stream limit)."""
     loop = asyncio.get_running_loop()
+    upstream = config.upstream
+    timeout = config.connect_timeout
     target = f"{upstream.host}:{upstream.port}"
-    protocol = UpstreamConnection(upstream, conn_id, on_change)
+    protocol = UpstreamConnection(config, conn_id, on_change, stats)
     try:
         async with asyncio.timeout(timeout):
             transport, _ = await loop.create_connection(

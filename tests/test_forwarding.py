@@ -207,4 +207,4 @@ async def test_keep_alive_reuses_client_connection(hypercorn_echo: str, tls: TLS
             async with s.post(proxy.url + "/k", data=str(i).encode()) as resp:
                 assert await resp.read() == str(i).encode()
         assert len(proxy.clients) == 1
-        assert proxy.pool is not None and proxy.pool.connections_opened == 1
+        assert proxy.stats.connections_opened == 1

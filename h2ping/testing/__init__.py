@@ -1,0 +1,35 @@
+"""Test tools for h2ping and for projects that run it in their own tests.
+
+- :class:`ScriptedUpstream`: a real HTTP/2 server whose behaviour a test scripts
+  (GOAWAY, REFUSED_STREAM, held PING ACKs, silent or slow answers).
+- :class:`IdleCutRelay`: a TCP relay that resets a flow after N seconds without
+  application bytes, like AWS Global Accelerator (keepalive probes do not count).
+- :class:`BlackholeRelay`: a relay that, once triggered, stops forwarding while
+  keeping both sockets open: a peer that vanished without FIN or RST.
+
+Both relays take ``throttle`` (bytes per second from upstream to client).
+"""
+
+from .relays import BlackholeRelay, IdleCutRelay, Relay
+from .upstream import (
+    Handler,
+    ScriptedConnection,
+    ScriptedRequest,
+    ScriptedUpstream,
+    StreamClosed,
+    echo_handler,
+    keep_streams_after_goaway,
+)
+
+__all__ = [
+    "BlackholeRelay",
+    "Handler",
+    "IdleCutRelay",
+    "Relay",
+    "ScriptedConnection",
+    "ScriptedRequest",
+    "ScriptedUpstream",
+    "StreamClosed",
+    "echo_handler",
+    "keep_streams_after_goaway",
+]
