@@ -186,6 +186,8 @@ class Config:
     shutdown_grace: float = 60.0
     retry_body_limit: int = 16 * 1024 * 1024
     max_conn_age: float = 50 * 60.0
+    # The sum of all retry buffers; about average body size x requests in flight.
+    max_buffered_bytes: int = 1024 * 1024 * 1024
     insecure_skip_verify: bool = False
     ca_file: str | None = None
     connect_timeout: float = 10.0
@@ -222,6 +224,8 @@ class Config:
                 f"must be below {format_duration(MAX_CONN_AGE_CEILING_SECONDS)}, "
                 "the load balancer's keep-alive (0s disables)",
             )
+        if self.max_buffered_bytes < 0:
+            raise ConfigError("max-buffered-bytes", "must not be negative (0 keeps no bodies)")
         if self.connect_timeout <= 0:
             raise ConfigError("connect-timeout", "must be greater than 0")
         if self.log_level not in LOG_LEVELS:

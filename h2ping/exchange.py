@@ -46,6 +46,7 @@ class Exchange:
         "_attempt",
         "_body_ended",
         "_done",
+        "_finished",
         "_kept",
         "_kept_bytes",
         "_proxy",
@@ -54,6 +55,7 @@ class Exchange:
         "_stream",
         "_task",
         "_unacked",
+        "_unreplayable_reason",
         "_unsent",
         "_unsent_bytes",
         "_writer",
@@ -73,6 +75,8 @@ class Exchange:
         self._kept: list[bytes] = []  # the whole body so far, while it may be replayed
         self._kept_bytes = 0
         self._replayable = True
+        self._finished = False
+        self._unreplayable_reason = ""
         self._unacked = 0  # response bytes written to the client, credit not yet returned
         self._attempt = 0
         self.conn_id = 0
@@ -84,15 +88,10 @@ class Exchange:
         self._proxy.exchanges.add(self)
 
     def feed_body(self, data: bytes) -> None:
+        if self._finished:
+            return  # the rest of a body the upstream no longer wants
         if self._replayable:
-            if self._kept_bytes + len(data) <= self._proxy.config.retry_body_limit:
-                self._kept.append(data)
-                self._kept_bytes += len(data)
-            else:
-                # Too large to keep: it streams through and cannot be replayed.
-                self._replayable = False
-                self._kept.clear()
-                self._kept_bytes = 0
+            self._keep(data)
         stream = self._stream
         if stream is not None:
             stream.send(data)
@@ -116,6 +115,7 @@ class Exchange:
 
     def cancel(self) -> None:
         """The client went away: stop everything, leave nothing behind."""
+        self._finished = True
         if self._stream is not None:
             self._stream.cancel()
             self._stream = None
@@ -128,7 +128,7 @@ class Exchange:
     def on_response(self, headers: list[Header], end_stream: bool) -> None:
         status, fields = response_head(headers)
         # Headers mean the upstream took the request: no replay from here on.
-        self._release_body()
+        self._not_replayable("the response had begun")
         self._writer.start(status, fields, has_body=not end_stream)
 
     def on_data(self, data: bytes, flow_controlled_length: int) -> None:
@@ -189,7 +189,9 @@ class Exchange:
             log.exception("%s: internal error", request.describe())
             self._fail(UpstreamError(errors.PROXY_INTERNAL_ERROR, type(exc).__name__))
         finally:
+            self._finished = True
             self._release_body()
+            self._unsent.clear()
             proxy.exchanges.discard(self)
 
     async def _attempt_once(self, fields: list[Header]) -> None:
@@ -233,9 +235,9 @@ class Exchange:
             self._writer.abort()
             return
         if error.retryable and not self._replayable:
+            self._proxy.stats.replays_refused_for_size += 1
             error = UpstreamError(
-                error.error,
-                f"{error.detail}; not retried: request body larger than retry-body-limit",
+                error.error, f"{error.detail}; not retried: {self._unreplayable_reason}"
             )
         elif error.retryable:
             error = UpstreamError(
@@ -245,7 +247,32 @@ class Exchange:
         self._proxy.stats.failed += 1
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))
 
+    def _keep(self, data: bytes) -> None:
+        """Keep body bytes for a replay, within the per-request and global limits."""
+        proxy = self._proxy
+        if self._kept_bytes + len(data) > proxy.config.retry_body_limit:
+            self._not_replayable("request body larger than retry-body-limit")
+        elif not proxy.retry_budget.reserve(len(data)):
+            proxy.stats.unkept_bodies += 1
+            log.warning(
+                "%s: replay unavailable: kept request bodies reached max-buffered-bytes "
+                "(%d bytes); this body streams through unkept",
+                self._request.describe(),
+                proxy.retry_budget.limit,
+            )
+            self._not_replayable("kept request bodies reached max-buffered-bytes")
+        else:
+            self._kept.append(data)
+            self._kept_bytes += len(data)
+
+    def _not_replayable(self, reason: str) -> None:
+        self._release_body()
+        self._replayable = False
+        self._unreplayable_reason = reason
+
     def _release_body(self) -> None:
+        """Free the kept body: it can no longer be needed (or never can be)."""
+        if self._kept_bytes:
+            self._proxy.retry_budget.release(self._kept_bytes)
         self._kept.clear()
         self._kept_bytes = 0
-        self._replayable = self._replayable and not self._writer.started

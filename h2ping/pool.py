@@ -29,6 +29,7 @@ class Pool:
         self._conns: list[UpstreamConnection] = []
         self._waiters: deque[asyncio.Future[UpstreamConnection]] = deque()
         self._connecting: asyncio.Task[None] | None = None
+        self._retiring: list[UpstreamConnection] = []  # past max-conn-age, still taking streams
         self._next_id = 1
         self._closed = False
 
@@ -106,11 +107,17 @@ class Pool:
         self._next_id += 1
         try:
             conn = await connect(
-                self._config, self._ssl_context, conn_id, self._on_conn_change, self._stats
+                self._config,
+                self._ssl_context,
+                conn_id,
+                self._on_conn_change,
+                self._stats,
+                self._on_conn_age,
             )
         except UpstreamError as exc:
             log.warning("conn=%d connect to %s failed: %s", conn_id, self._config.upstream, exc)
             self._connecting = None
+            self._retire_old()
             self._fail_waiters(exc)
             return
         self._connecting = None
@@ -120,7 +127,26 @@ class Pool:
             conn.close("proxy shutting down")
             return
         self._conns.append(conn)
+        self._retire_old()
         self._wake()
+
+    def _on_conn_age(self, conn: UpstreamConnection) -> None:
+        """Open the successor first, so no request waits for a handshake it would
+        not have needed; the old connection stops taking streams once it is up."""
+        log.info(
+            "conn=%d reached its age limit (%.0fs): opening a successor",
+            conn.id,
+            conn.age_limit,
+        )
+        self._retiring.append(conn)
+        self._ensure_connecting()
+
+    def _retire_old(self) -> None:
+        retiring, self._retiring = self._retiring, []
+        for conn in retiring:
+            self._stats.retired += 1
+            log.info("conn=%d retired: finishing %d streams", conn.id, len(conn.streams))
+            conn.retire("max-conn-age")
 
     def _fail_waiters(self, error: UpstreamError) -> None:
         waiters, self._waiters = self._waiters, deque()

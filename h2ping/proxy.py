@@ -17,6 +17,7 @@ from .config import Config, parse_listen, parse_upstream
 from .exchange import Exchange
 from .listener import ClientConnection, Request, ResponseWriter
 from .pool import Pool
+from .retry import RetryBudget
 from .sockets import raise_nofile_limit
 from .stats import Stats
 
@@ -54,6 +55,7 @@ class Proxy:
             config = config.replace(**settings)
         self.config = config
         self.stats = Stats()
+        self.retry_budget = RetryBudget(config.max_buffered_bytes, self.stats)
         self.exchanges: set[Exchange] = set()
         self.clients: set[ClientConnection] = set()
         self._ssl_context = ssl_context

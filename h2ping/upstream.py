@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import random
 import socket
 import ssl
 from collections import deque
@@ -139,6 +140,7 @@ class UpstreamConnection(asyncio.Protocol):
         conn_id: int,
         on_change: Callable[[UpstreamConnection], None],
         stats: Stats,
+        on_age: Callable[[UpstreamConnection], None] | None = None,
     ) -> None:
         self.upstream = config.upstream
         self.id = conn_id
@@ -165,6 +167,12 @@ class UpstreamConnection(asyncio.Protocol):
         self._ping_count = 0
         self._liveness_timer: asyncio.TimerHandle | None = None
         self._confirming = False
+        # Retirement: 90-100 % of max-conn-age, jittered so connections opened
+        # together do not all retire together.
+        self.created_at = self._loop.time()
+        self.age_limit = random.uniform(0.9, 1.0) * config.max_conn_age
+        self._on_age = on_age
+        self._age_timer: asyncio.TimerHandle | None = None
         config = h2.config.H2Configuration(client_side=True, header_encoding=None)
         self._h2 = h2.connection.H2Connection(config=config)
 
@@ -209,6 +217,11 @@ class UpstreamConnection(asyncio.Protocol):
 
     async def wait_ready(self) -> None:
         await self._ready
+
+    def retire(self, reason: str) -> None:
+        """Take no new streams; close cleanly (GOAWAY NO_ERROR) once the last ends."""
+        self._drain(reason)
+        self._close_if_drained()
 
     def close(self, reason: str) -> None:
         """Send GOAWAY(NO_ERROR) and close; streams still open fail."""
@@ -348,6 +361,10 @@ class UpstreamConnection(asyncio.Protocol):
             self.state = ConnState.OPEN
             self._ready.set_result(None)
             self._schedule_liveness(self._last_read + self._ping_interval)
+            if self.age_limit > 0 and self._on_age is not None:
+                self._age_timer = self._loop.call_at(
+                    self.created_at + self.age_limit, self._on_age, self
+                )
         self._on_change(self)
 
     def _on_goaway(self, payload: bytes) -> None:
@@ -575,9 +592,10 @@ class UpstreamConnection(asyncio.Protocol):
         self.state = ConnState.CLOSED
         self.close_reason = self.close_reason or reason
         self._inbuf = b""
-        if self._liveness_timer is not None:
-            self._liveness_timer.cancel()
-            self._liveness_timer = None
+        for timer in (self._liveness_timer, self._age_timer):
+            if timer is not None:
+                timer.cancel()
+        self._liveness_timer = self._age_timer = None
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
@@ -599,13 +617,14 @@ async def connect(
     conn_id: int,
     on_change: Callable[[UpstreamConnection], None],
     stats: Stats,
+    on_age: Callable[[UpstreamConnection], None] | None = None,
 ) -> UpstreamConnection:
     """Open a connection and wait for the peer's SETTINGS (so we know its stream limit)."""
     loop = asyncio.get_running_loop()
     upstream = config.upstream
     timeout = config.connect_timeout
     target = f"{upstream.host}:{upstream.port}"
-    protocol = UpstreamConnection(config, conn_id, on_change, stats)
+    protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age)
     try:
         async with asyncio.timeout(timeout):
             transport, _ = await loop.create_connection(

@@ -172,17 +172,19 @@ async def test_ping_ack_behind_megabytes_of_data_does_not_kill(tls: TLSFiles) ->
 
 
 async def test_no_pings_while_frames_keep_arriving(tls: TLSFiles) -> None:
+    interval = 0.6  # five times the gap between frames: robust on a loaded machine
+
     async def handler(request: ScriptedRequest) -> None:
         await request.body()
         await request.send_headers(200)
-        for _ in range(20):  # a frame every 0.1 s for 2 s: never 0.3 s of silence
+        for _ in range(20):  # a frame every 0.1 s for 2 s: never `interval` of silence
             await request.send_data(b"tick\n")
             await asyncio.sleep(0.1)
         await request.end()
 
     async with (
         ScriptedUpstream(handler, ssl_context=tls.server_context()) as up,
-        running_proxy(up.url, tls, ping_interval=PING) as proxy,
+        running_proxy(up.url, tls, ping_interval=interval) as proxy,
         aiohttp.ClientSession() as session,
     ):
         async with session.get(proxy.url + "/stream") as resp:
@@ -190,7 +192,7 @@ async def test_no_pings_while_frames_keep_arriving(tls: TLSFiles) -> None:
         assert proxy.stats.pings_sent == 0
         assert up.connections[0].pings_received == 0
         # Then silence: the idle pooled connection is pinged, so it stays usable.
-        await asyncio.sleep(4 * PING)
+        await asyncio.sleep(3.5 * interval)
         assert proxy.stats.pings_sent >= 2
         assert up.connections[0].pings_received == proxy.stats.pings_sent
 

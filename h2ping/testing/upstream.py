@@ -214,6 +214,8 @@ class ScriptedConnection(asyncio.Protocol):
         self.server = server
         self.id = 0  # numbered from 1 once the connection (and TLS handshake) is up
         self.closed = False
+        self.opened_at = 0.0  # loop time of the accept, and of the close (0 while open)
+        self.closed_at = 0.0
         self.alpn_protocol: str | None = None
         self.streams_opened = 0
         self.streams_refused = 0
@@ -279,6 +281,7 @@ class ScriptedConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self._transport = transport
+        self.opened_at = asyncio.get_running_loop().time()
         ssl_object = transport.get_extra_info("ssl_object")
         self.alpn_protocol = ssl_object.selected_alpn_protocol() if ssl_object else None
         self.server.connections.append(self)
@@ -414,6 +417,7 @@ class ScriptedConnection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        self.closed_at = asyncio.get_running_loop().time()
         for task in self._tasks.values():
             task.cancel()
         for request in list(self._open.values()):

@@ -1,0 +1,79 @@
+"""A real nginx (Debian package) as an HTTP/2 origin over TLS, for tests."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from .conftest import TLSFiles, free_port, wait_for_port
+
+CONFIG = """
+daemon off;
+worker_processes 1;
+user root;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    server {{
+        listen 127.0.0.1:{port} ssl http2;
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        {directives}
+        location / {{ return 200 "ok $request_uri\\n"; }}
+    }}
+}}
+"""
+
+
+def nginx_binary() -> str:
+    path = shutil.which("nginx") or (
+        "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None
+    )
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail("nginx is not installed; .ci/run installs it (apt-get install nginx)")
+        pytest.skip("nginx not installed (apt-get install nginx)")
+    return path
+
+
+@asynccontextmanager
+async def run_nginx(
+    tls: TLSFiles, workdir: pathlib.Path, directives: str = ""
+) -> AsyncIterator[str]:
+    binary = nginx_binary()
+    port = free_port()
+    conf = workdir / "nginx.conf"
+    conf.write_text(
+        CONFIG.format(
+            dir=workdir, port=port, cert=tls.cert_file, key=tls.key_file, directives=directives
+        )
+    )
+    proc = subprocess.Popen(
+        [binary, "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "error.log")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        try:
+            await wait_for_port(port)
+        except OSError:
+            proc.kill()
+            raise AssertionError(f"nginx did not start: {proc.communicate()[1].decode()}") from None
+        yield f"https://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        await asyncio.get_running_loop().run_in_executor(None, proc.wait)
