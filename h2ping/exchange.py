@@ -115,6 +115,8 @@ class Exchange:
 
     def cancel(self) -> None:
         """The client went away: stop everything, leave nothing behind."""
+        if not self._finished:
+            self._proxy.stats.cancelled += 1
         self._finished = True
         if self._stream is not None:
             self._stream.cancel()
@@ -127,6 +129,7 @@ class Exchange:
 
     def on_response(self, headers: list[Header], end_stream: bool) -> None:
         status, fields = response_head(headers)
+        self._proxy.stats.count_response(status)
         # Headers mean the upstream took the request: no replay from here on.
         self._not_replayable("the response had begun")
         self._writer.start(status, fields, has_body=not end_stream)
@@ -245,6 +248,7 @@ class Exchange:
             )
         log.warning("%s conn=%d: 502 %s", request.describe(), self.conn_id, error)
         self._proxy.stats.failed += 1
+        self._proxy.stats.count_response(502)
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))
 
     def _keep(self, data: bytes) -> None:

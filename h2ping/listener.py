@@ -22,6 +22,7 @@ import httptools
 
 from .headers import Header
 from .sockets import set_nodelay, set_tcp_keepalive
+from .stats import Stats
 
 log = logging.getLogger("h2ping.listener")
 
@@ -198,9 +199,12 @@ class _HeadTooLarge(Exception):
 class ClientConnection(asyncio.Protocol):
     """One accepted HTTP/1.1 connection."""
 
-    def __init__(self, handler_factory: HandlerFactory, registry: set[ClientConnection]) -> None:
+    def __init__(
+        self, handler_factory: HandlerFactory, registry: set[ClientConnection], stats: Stats
+    ) -> None:
         self._factory = handler_factory
         self._registry = registry
+        self._stats = stats
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         self._out: list[bytes] = []
@@ -416,6 +420,8 @@ class ClientConnection(asyncio.Protocol):
     def _reject(self, status: int, text: str) -> None:
         """A request we cannot parse: answer it once earlier responses are out, close."""
         log.info("client request rejected: %d %s", status, text)
+        self._stats.rejected += 1
+        self._stats.count_response(status)
         self._in_head = False
         self.pause_reading()
         self._drop_unfinished_request()

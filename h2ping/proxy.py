@@ -72,6 +72,18 @@ class Proxy:
         return f"http://{host}:{self.port}"
 
     @property
+    def in_flight(self) -> int:
+        """Requests being forwarded right now."""
+        return len(self.exchanges)
+
+    def connection_states(self) -> dict[str, int]:
+        """Upstream connections by state: ``open``, ``draining`` (GOAWAY or retired)."""
+        states: dict[str, int] = {}
+        for conn in self.pool.connections if self.pool is not None else ():
+            states[conn.state.value] = states.get(conn.state.value, 0) + 1
+        return states
+
+    @property
     def listen_address(self) -> str:
         return f"{self.config.listen.host}:{self.port}"
 
@@ -85,7 +97,7 @@ class Proxy:
         self.pool = Pool(config, context, self.stats)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: ClientConnection(self._new_exchange, self.clients),
+            lambda: ClientConnection(self._new_exchange, self.clients, self.stats),
             config.listen.host,
             config.listen.port,
             reuse_address=True,

@@ -1,9 +1,37 @@
-"""Counters of what the proxy did: one object per proxy, read from Python and
-printed in the shutdown summary line."""
+"""Counters of what the proxy did: one object per proxy, the single source of truth
+for ``Proxy.stats``, the shutdown summary line and the metrics endpoint."""
 
 from __future__ import annotations
 
+import bisect
+import collections
 import dataclasses
+
+#: PING round-trip buckets, seconds (upper bounds; +Inf is implied).
+RTT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Histogram:
+    """Cumulative-style buckets, as Prometheus exposes them."""
+
+    def __init__(self, bounds: tuple[float, ...] = RTT_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one is +Inf
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(upper bound, observations at or below it), ending with (inf, count)."""
+        out, running = [], 0
+        for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out
 
 
 @dataclasses.dataclass
@@ -11,6 +39,8 @@ class Stats:
     requests: int = 0
     failed: int = 0  # answered with a 502
     aborted: int = 0  # client connection cut after response headers
+    cancelled: int = 0  # the client went away first
+    rejected: int = 0  # malformed HTTP/1.1, answered by the listener itself
     replays: int = 0  # refused streams sent again
     replays_refused_for_size: int = 0  # refused, but the body had not been kept: 502
     unkept_bodies: int = 0  # bodies streamed without a replay guarantee (memory bound)
@@ -22,9 +52,20 @@ class Stats:
     ping_acks: int = 0
     ping_timeouts: int = 0  # connections declared dead: nothing arrived after a PING
     last_ping_rtt: float | None = None  # seconds, of the most recent acknowledged PING
+    #: Responses sent to clients by status class ("2xx", "5xx", ...).
+    responses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    ping_rtt: Histogram = dataclasses.field(default_factory=Histogram)
+
+    def count_response(self, status: int) -> None:
+        self.responses[f"{status // 100}xx"] += 1
 
     def summary(self) -> str:
-        fields = dataclasses.asdict(self)
-        rtt = fields.pop("last_ping_rtt")
-        text = " ".join(f"{name}={value}" for name, value in fields.items())
-        return text + (f" last_ping_rtt={rtt * 1000:.1f}ms" if rtt is not None else "")
+        """One line of ``name=value`` pairs for the shutdown log."""
+        parts = [
+            f"{field.name}={getattr(self, field.name)}"
+            for field in dataclasses.fields(self)
+            if isinstance(getattr(self, field.name), int)
+        ]
+        if self.last_ping_rtt is not None:
+            parts.append(f"last_ping_rtt={self.last_ping_rtt * 1000:.1f}ms")
+        return " ".join(parts)

@@ -536,7 +536,9 @@ class UpstreamConnection(asyncio.Protocol):
     def _on_ping_ack(self, payload: bytes) -> None:
         self._stats.ping_acks += 1
         if payload == self._ping_payload and self._ping_sent_at is not None:
-            self._stats.last_ping_rtt = self._loop.time() - self._ping_sent_at
+            rtt = self._loop.time() - self._ping_sent_at
+            self._stats.last_ping_rtt = rtt
+            self._stats.ping_rtt.observe(rtt)
 
     def _declare_dead(self, silent_for: float) -> None:
         self._stats.ping_timeouts += 1
