@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 from . import errors
 from .errors import UpstreamError
 from .headers import Header, request_headers, response_head
-from .listener import RECV_HIGH_WATER, Request, ResponseWriter
+from .http1 import Request, ResponseWriter
+from .listener import RECV_HIGH_WATER
 from .upstream import UpstreamStream
 
 if TYPE_CHECKING:
@@ -123,7 +124,10 @@ class Exchange:
             self._stream = None
         if self._task is not None:
             self._task.cancel()
+        # A task cancelled before its first step never runs its `finally`.
         self._release_body()
+        self._unsent.clear()
+        self._proxy.exchanges.discard(self)
 
     # ----------------------------------------------------------------- stream side
 

@@ -1,18 +1,19 @@
-"""The HTTP/1.1 side: parse requests from local clients, write their responses.
+"""The HTTP/1.1 side: one :class:`ClientConnection` per accepted socket.
 
-One :class:`ClientConnection` per accepted socket, an ``asyncio.Protocol`` fed to
-httptools (llhttp, strict RFC 9112 parsing). Each parsed request becomes a
-:class:`Request` and is handed to a handler (the exchange); the handler answers
-through the request's :class:`ResponseWriter`. Nothing here knows about HTTP/2.
+An ``asyncio.Protocol`` fed to httptools (llhttp, strict RFC 9112 parsing). Each
+parsed request becomes a :class:`~h2ping.http1.Request` handed to a handler (the
+exchange), which answers through the request's :class:`~h2ping.http1.ResponseWriter`.
+Nothing here knows about HTTP/2.
 
 Requests on one connection are answered in order (RFC 9112 section 9.3.2): a
 pipelined request waits, with reading paused, until the one before it is done.
+One timer per connection bounds both how long a request head may take to arrive
+(``header_timeout``, then 408) and how long a kept-alive connection may sit idle.
 """
 
 from __future__ import annotations
 
 import asyncio
-import http
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -21,15 +22,23 @@ from typing import Protocol, cast
 import httptools
 
 from .headers import Header
+from .http1 import (
+    MAX_HEAD_BYTES,
+    MAX_TARGET_BYTES,
+    Request,
+    RequestRejected,
+    ResponseWriter,
+    check_head,
+)
 from .sockets import set_nodelay, set_tcp_keepalive
 from .stats import Stats
 
 log = logging.getLogger("h2ping.listener")
 
-#: Largest request head (request line and header fields) we accept; beyond it 431.
-MAX_HEAD_BYTES = 64 * 1024
 #: Pause reading the client once this much of its body waits to be sent upstream.
 RECV_HIGH_WATER = 256 * 1024
+
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n"
 
 
 class RequestHandler(Protocol):
@@ -42,169 +51,33 @@ class RequestHandler(Protocol):
     def cancel(self) -> None: ...
 
 
-class Request:
-    """One parsed HTTP/1.1 request head, plus what its framing implies."""
-
-    __slots__ = (
-        "body_complete",
-        "expect_continue",
-        "has_body",
-        "headers",
-        "http_version",
-        "keep_alive",
-        "method",
-        "target",
-    )
-
-    def __init__(
-        self,
-        method: bytes,
-        target: bytes,
-        headers: list[Header],
-        http_version: str,
-        keep_alive: bool,
-    ) -> None:
-        self.method = method
-        self.target = target
-        self.headers = headers
-        self.http_version = http_version
-        self.keep_alive = keep_alive
-        self.expect_continue = False
-        self.has_body = False
-        self.body_complete = False
-        for name, value in headers:
-            lname = name.lower()
-            if lname == b"content-length":
-                self.has_body = value.strip() != b"0"
-            elif lname == b"transfer-encoding":
-                self.has_body = True
-            elif lname == b"expect" and value.strip().lower() == b"100-continue":
-                self.expect_continue = True
-
-    def describe(self) -> str:
-        """``METHOD /path`` for log lines (the query may hold secrets: left out)."""
-        path = self.target.split(b"?", 1)[0][:200]
-        return f"{self.method.decode('latin-1')} {path.decode('latin-1')}"
+HandlerFactory = Callable[[Request, ResponseWriter], RequestHandler]
 
 
-HandlerFactory = Callable[[Request, "ResponseWriter"], RequestHandler]
+class ListenerLimits:
+    """Time limits for client connections (seconds)."""
 
+    __slots__ = ("header_timeout", "idle_timeout")
 
-class ResponseWriter:
-    """Writes one response to the client, choosing its HTTP/1.1 framing."""
-
-    __slots__ = ("_chunked", "_conn", "_no_body", "_request", "finished", "started")
-
-    def __init__(self, conn: ClientConnection, request: Request) -> None:
-        self._conn = conn
-        self._request = request
-        self._chunked = False
-        self._no_body = False
-        self.started = False
-        self.finished = False
-
-    @property
-    def paused(self) -> bool:
-        """True while the client's socket buffer is full: stop handing it data."""
-        return self._conn.write_paused
-
-    def send_continue(self) -> None:
-        if not self.started and self._request.http_version == "1.1":
-            self._conn.send(b"HTTP/1.1 100 Continue\r\n\r\n")
-
-    def start(self, status: int, headers: list[Header], *, has_body: bool = True) -> None:
-        """Status line and fields. Without ``Content-Length`` the body is chunked
-        (HTTP/1.1) or delimited by closing the connection (HTTP/1.0)."""
-        request = self._request
-        self.started = True
-        self._no_body = request.method == b"HEAD" or status in (204, 304) or 100 <= status < 200
-        has_length = any(name == b"content-length" for name, _ in headers)
-        if not self._no_body and not has_length:
-            if request.http_version == "1.1" and has_body:
-                self._chunked = True
-                headers = [*headers, (b"transfer-encoding", b"chunked")]
-            elif has_body:
-                request.keep_alive = False
-            else:
-                headers = [*headers, (b"content-length", b"0")]
-        if not request.body_complete:
-            # The rest of the request body would be read as the next request.
-            request.keep_alive = False
-        if not request.keep_alive:
-            headers = [*headers, (b"connection", b"close")]
-        elif request.http_version == "1.0":
-            headers = [*headers, (b"connection", b"keep-alive")]
-        try:
-            reason = http.HTTPStatus(status).phrase.encode()
-        except ValueError:
-            reason = b""
-        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
-        for name, value in headers:
-            parts += (name, b": ", value, b"\r\n")
-        parts.append(b"\r\n")
-        self._conn.send(b"".join(parts))
-
-    def write(self, data: bytes) -> None:
-        if self._no_body or not data or self.finished:
-            return
-        if self._chunked:
-            self._conn.send(b"%x\r\n" % len(data), data, b"\r\n")
-        else:
-            self._conn.send(data)
-
-    def end(self) -> None:
-        if self.finished:
-            return
-        self.finished = True
-        if self._chunked:
-            self._conn.send(b"0\r\n\r\n")
-        self._conn.response_done(self)
-
-    def abort(self) -> None:
-        """Cut the connection so the client sees a truncated response, never a
-        clean end of a partial body."""
-        if not self.finished:
-            self.finished = True
-            self._conn.abort()
-
-    def send_error(self, status: int, text: str, proxy_status: str | None = None) -> None:
-        """A complete error response with a one-line plain-text body."""
-        if self.started:
-            self.abort()
-            return
-        body = text.encode("utf-8", "replace") + b"\n"
-        headers: list[Header] = [
-            (b"content-type", b"text/plain; charset=utf-8"),
-            (b"content-length", b"%d" % len(body)),
-        ]
-        if proxy_status is not None:
-            headers.append((b"proxy-status", proxy_status.encode("ascii", "replace")))
-        if status >= 500 or status in (400, 408, 413, 414, 431):
-            self._request.keep_alive = False
-        self.start(status, headers)
-        self.write(body)
-        self.end()
-
-    def pause_reading(self) -> None:
-        self._conn.pause_reading()
-
-    def resume_reading(self) -> None:
-        self._conn.resume_reading()
-
-
-class _HeadTooLarge(Exception):
-    pass
+    def __init__(self, header_timeout: float, idle_timeout: float) -> None:
+        self.header_timeout = header_timeout
+        self.idle_timeout = idle_timeout
 
 
 class ClientConnection(asyncio.Protocol):
     """One accepted HTTP/1.1 connection."""
 
     def __init__(
-        self, handler_factory: HandlerFactory, registry: set[ClientConnection], stats: Stats
+        self,
+        handler_factory: HandlerFactory,
+        registry: set[ClientConnection],
+        stats: Stats,
+        limits: ListenerLimits,
     ) -> None:
         self._factory = handler_factory
         self._registry = registry
         self._stats = stats
+        self._limits = limits
         self._transport: asyncio.Transport | None = None
         self._parser = httptools.HttpRequestParser(self)
         self._out: list[bytes] = []
@@ -212,6 +85,7 @@ class ClientConnection(asyncio.Protocol):
         self._closing = False
         self._reading_paused = False
         self.write_paused = False
+        self._timer: asyncio.TimerHandle | None = None
         # Parse state of the request being read.
         self._url = b""
         self._headers: list[Header] = []
@@ -219,6 +93,10 @@ class ClientConnection(asyncio.Protocol):
         self._head_size = 0  # exact size of the parsed request line and fields
         self._in_head = False
         self._reading: tuple[RequestHandler, Request] | None = None
+        # An Upgrade request with a body: llhttp hands over the stream after the
+        # head, so the body is read by a parser primed with a synthetic head.
+        self._body_after_upgrade: Request | None = None
+        self._continuing = False
         self._rejection: tuple[int, str] | None = None  # parse error awaiting its turn
         # Requests whose responses are pending, oldest (the one being answered) first.
         self._pending: deque[tuple[RequestHandler, ResponseWriter]] = deque()
@@ -235,6 +113,7 @@ class ClientConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         set_tcp_keepalive(sock)
         set_nodelay(sock)
+        self._arm_timer(self._limits.header_timeout, self._on_header_timeout)
 
     def data_received(self, data: bytes) -> None:
         if self._closing or self._rejection is not None:
@@ -244,25 +123,23 @@ class ClientConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
-            # Upgrade is hop-by-hop and was not forwarded: carry on with a fresh
-            # parser on whatever followed the request.
-            self._parser = httptools.HttpRequestParser(self)
-            rest = data[exc.args[0] :]
-            if rest:
-                self.data_received(rest)
+            self._after_upgrade(data[exc.args[0] :])
             return
         except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, _HeadTooLarge):
-                self._reject(431, "request header fields too large")
+            if isinstance(exc.__context__, RequestRejected):
+                self._reject(exc.__context__.status, exc.__context__.reason)
             else:
-                log.exception("internal error while reading a request")
+                log.error("internal error while reading a request", exc_info=exc.__context__)
                 self._reject(500, "internal error while reading the request")
             return
         except httptools.HttpParserError as exc:
-            self._reject(400, f"malformed HTTP/1.1 request: {exc}")
+            if data.startswith(_H2_PREFACE[:3]) and _H2_PREFACE.startswith(data[:16]):
+                self._reject(400, "HTTP/2 connection preface on an HTTP/1.1 port")
+            else:
+                self._reject(400, f"malformed HTTP/1.1 request: {exc}")
             return
         if self._in_head and self._head_bytes > MAX_HEAD_BYTES:
-            self._reject(431, "request header fields too large")
+            self._reject(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
 
     def eof_received(self) -> bool:
         # A client that closes its side has gone away (aiohttp, and nearly every
@@ -272,6 +149,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        self._cancel_timer()
         self._registry.discard(self)
         self._out.clear()
         pending, self._pending = self._pending, deque()
@@ -292,34 +170,45 @@ class ClientConnection(asyncio.Protocol):
     # ----------------------------------------------------------------- parser callbacks
 
     def on_message_begin(self) -> None:
+        if self._continuing:
+            return
         self._in_head = True
         self._url = b""
         self._headers = []
         self._head_size = 0
+        if not self._pending:
+            # The idle wait is over; the head itself must now arrive in time.
+            self._arm_timer(self._limits.header_timeout, self._on_header_timeout)
 
     def on_url(self, url: bytes) -> None:
+        if self._continuing:
+            return
         self._url += url
         self._head_size += len(url)
-        if self._head_size > MAX_HEAD_BYTES:
-            raise _HeadTooLarge
+        if len(self._url) > MAX_TARGET_BYTES:
+            raise RequestRejected(414, f"request target longer than {MAX_TARGET_BYTES} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._continuing:
+            return
         self._headers.append((name, value))
         self._head_size += len(name) + len(value) + 4  # ": " and CRLF
         if self._head_size > MAX_HEAD_BYTES:
-            raise _HeadTooLarge
+            raise RequestRejected(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
 
     def on_headers_complete(self) -> None:
+        if self._continuing:
+            return
         parser = self._parser
         self._in_head = False
         self._head_bytes = 0
-        request = Request(
-            parser.get_method(),
-            self._url,
-            self._headers,
-            parser.get_http_version(),
-            parser.should_keep_alive(),
-        )
+        if not self._pending:
+            self._cancel_timer()
+        method = parser.get_method()
+        version = parser.get_http_version()
+        check_head(method, version, self._headers)
+        request = Request(method, self._url, self._headers, version, parser.should_keep_alive())
+        request.upgrade = parser.should_upgrade()
         writer = ResponseWriter(self, request)
         handler = self._factory(request, writer)
         self._reading = (handler, request)
@@ -335,11 +224,60 @@ class ClientConnection(asyncio.Protocol):
             self._reading[0].feed_body(body)
 
     def on_message_complete(self) -> None:
-        if self._reading is not None:
-            handler, request = self._reading
-            self._reading = None
-            request.body_complete = True
-            handler.end_body()
+        if self._reading is None:
+            return
+        handler, request = self._reading
+        if request.upgrade and request.has_body and not self._continuing:
+            # llhttp stops here and calls the rest "upgraded"; the body is ours.
+            self._body_after_upgrade = request
+            return
+        self._continuing = False
+        self._reading = None
+        request.body_complete = True
+        handler.end_body()
+
+    def _after_upgrade(self, rest: bytes) -> None:
+        """``Upgrade`` is hop-by-hop and is not acted on: keep reading HTTP/1.1."""
+        self._parser = httptools.HttpRequestParser(self)
+        request, self._body_after_upgrade = self._body_after_upgrade, None
+        if request is not None:
+            framing = (
+                b"Transfer-Encoding: chunked"
+                if request.chunked
+                else b"Content-Length: %d" % (request.content_length or 0)
+            )
+            self._continuing = True
+            self._parser.feed_data(b"POST / HTTP/1.1\r\n" + framing + b"\r\n\r\n")
+        if rest:
+            self.data_received(rest)
+
+    # ----------------------------------------------------------------- timers
+
+    def _arm_timer(self, delay: float, callback: Callable[[], None]) -> None:
+        self._cancel_timer()
+        if delay > 0 and not self._closing:
+            self._timer = asyncio.get_running_loop().call_later(delay, callback)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _on_header_timeout(self) -> None:
+        self._timer = None
+        if self._in_head or not self._pending:
+            if self._in_head:
+                self._reject(408, "request head not received in time")
+            else:
+                self.close()  # connected but never sent a byte
+
+    def _on_idle_timeout(self) -> None:
+        self._timer = None
+        if self.idle:
+            log.debug(
+                "closing a kept-alive client connection idle for %gs", self._limits.idle_timeout
+            )
+            self.close()
 
     # ----------------------------------------------------------------- output
 
@@ -362,13 +300,17 @@ class ClientConnection(asyncio.Protocol):
         if not self._pending or self._pending[0][1] is not writer:
             return
         self._pending.popleft()
-        if not writer._request.keep_alive:
+        if not writer.keep_alive:
             self.close()
-        elif self._pending:
+            return
+        if self._pending:
             self._pending[0][0].start()
         elif self._rejection is not None:
             self._send_rejection()
-        if len(self._pending) <= 1 and self._rejection is None:
+            return
+        elif not self._in_head:
+            self._arm_timer(self._limits.idle_timeout, self._on_idle_timeout)
+        if len(self._pending) <= 1:
             self.resume_reading()
 
     def pause_reading(self) -> None:
@@ -386,11 +328,13 @@ class ClientConnection(asyncio.Protocol):
         if self._transport is None or self._closing:
             return
         self._closing = True
+        self._cancel_timer()
         self._flush()
         self._transport.close()
 
     def abort(self) -> None:
         self._closing = True
+        self._cancel_timer()
         self._out.clear()
         if self._transport is not None:
             self._transport.abort()
@@ -400,6 +344,8 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return True
         return False
+
+    # ----------------------------------------------------------------- rejection
 
     def _drop_unfinished_request(self) -> None:
         """Give up the request whose body was still arriving."""
@@ -418,11 +364,13 @@ class ClientConnection(asyncio.Protocol):
                 break
 
     def _reject(self, status: int, text: str) -> None:
-        """A request we cannot parse: answer it once earlier responses are out, close."""
+        """A request we will not forward: answer it once earlier responses are out,
+        then close (what follows it on the connection cannot be trusted)."""
         log.info("client request rejected: %d %s", status, text)
         self._stats.rejected += 1
         self._stats.count_response(status)
         self._in_head = False
+        self._cancel_timer()
         self.pause_reading()
         self._drop_unfinished_request()
         self._rejection = (status, text)

@@ -33,7 +33,9 @@ from h2.errors import ErrorCodes
 from . import errors
 from .config import Config
 from .errors import UpstreamError
+from .frames import FloodError, FrameSizeError, FrameSplitter
 from .headers import Header
+from .liveness import Liveness
 from .sockets import set_tcp_keepalive
 from .stats import Stats
 
@@ -47,12 +49,6 @@ CONNECTION_WINDOW = 64 * 1024 * 1024
 SEND_LOW_WATER = 64 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
-
-_GOAWAY = 0x7
-_FRAME_HEADER = 9
-#: Before declaring a connection dead, look once more after this long, so reads
-#: that a blocked event loop has not processed yet still count.
-_DEATH_CONFIRM_DELAY = 0.05
 
 
 class StreamSink(Protocol):
@@ -154,19 +150,14 @@ class UpstreamConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[None] = self._loop.create_future()
         self._transport: asyncio.Transport | None = None
-        self._inbuf = b""
         self._flush_scheduled = False
         self._blocked: set[UpstreamStream] = set()  # streams with body waiting on windows
         self._stats = stats
-        # Liveness: one timer per connection, checked lazily (reads never touch it).
-        self._ping_interval = config.ping_interval
-        self._ping_timeout = config.ping_timeout
-        self._last_read = self._loop.time()
-        self._ping_sent_at: float | None = None
-        self._ping_payload = b""
-        self._ping_count = 0
-        self._liveness_timer: asyncio.TimerHandle | None = None
-        self._confirming = False
+        self._frames = FrameSplitter()
+        self._liveness_timeout = config.ping_timeout
+        self._liveness = Liveness(
+            config.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
+        )
         # Retirement: 90-100 % of max-conn-age, jittered so connections opened
         # together do not all retire together.
         self.created_at = self._loop.time()
@@ -253,31 +244,28 @@ class UpstreamConnection(asyncio.Protocol):
         self._flush()
 
     def data_received(self, data: bytes) -> None:
-        # Any inbound byte proves the peer alive, even a PING ACK still queued
-        # behind megabytes of DATA has not arrived yet.
-        self._last_read = self._loop.time()
-        if self._inbuf:
-            data = self._inbuf + data
-        # Hand h2 whole frames; GOAWAY frames are ours (see module docstring).
-        start = pos = 0
-        end_of_data = len(data)
+        # Any inbound byte proves the peer alive, even while a PING ACK is still
+        # queued behind megabytes of DATA.
+        self._liveness.saw_bytes()
         try:
-            while pos + _FRAME_HEADER <= end_of_data:
-                frame_end = pos + _FRAME_HEADER + int.from_bytes(data[pos : pos + 3], "big")
-                if frame_end > end_of_data:
-                    break
-                if data[pos + 3] == _GOAWAY:
-                    if pos > start:
-                        self._receive(data[start:pos])
-                    self._on_goaway(data[pos + _FRAME_HEADER : frame_end])
-                    start = frame_end
-                pos = frame_end
-            if pos > start:
-                self._receive(data[start:pos])
-        except h2.exceptions.ProtocolError as exc:
-            self._protocol_error(str(exc) or type(exc).__name__)
+            for is_goaway, piece in self._frames.split(data):
+                if is_goaway:
+                    self._on_goaway(piece)
+                else:
+                    self._receive(piece)
+                if self.state is ConnState.CLOSED:
+                    return
+        except FloodError as exc:
+            self._protocol_error(str(exc), ErrorCodes.ENHANCE_YOUR_CALM)
             return
-        self._inbuf = data[pos:]
+        except FrameSizeError as exc:
+            self._protocol_error(
+                f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
+            )
+            return
+        except h2.exceptions.ProtocolError as exc:
+            self._protocol_error(describe_h2_error(exc))
+            return
         self._flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -294,29 +282,39 @@ class UpstreamConnection(asyncio.Protocol):
 
     def _receive(self, frames: bytes) -> None:
         for event in self._h2.receive_data(frames):
-            kind = type(event)
-            if kind is h2.events.DataReceived:
-                self._on_data(event)
-            elif kind is h2.events.ResponseReceived:
-                stream = self.streams.get(event.stream_id)
+            try:
+                self._dispatch(event)
+            except Exception:  # a bug serving one stream must not end the others
+                stream_id = getattr(event, "stream_id", 0)
+                log.exception("conn=%d stream=%d: internal error", self.id, stream_id)
+                stream = self.streams.get(stream_id)
                 if stream is not None:
-                    stream.sink.on_response(event.headers, event.stream_ended is not None)
-            elif kind is h2.events.StreamEnded:
-                stream = self.streams.get(event.stream_id)
-                if stream is not None:
-                    stream.remote_ended = True
-                    self._on_remote_end(stream)
-            elif kind is h2.events.StreamReset:
-                self._on_reset(event)
-            elif kind is h2.events.WindowUpdated:
-                self._on_window_update(event.stream_id)
-            elif kind is h2.events.RemoteSettingsChanged:
-                self._on_settings(event)
-            elif kind is h2.events.PingAckReceived:
-                self._on_ping_ack(event.ping_data)
-            elif kind is h2.events.ConnectionTerminated:
-                # Not reached while GOAWAY frames are split off; kept as a backstop.
-                self._protocol_error(f"connection terminated: {event.error_code!r}")
+                    self._reset(stream, ErrorCodes.INTERNAL_ERROR)
+                    stream.sink.on_error(
+                        UpstreamError(errors.PROXY_INTERNAL_ERROR, "internal error")
+                    )
+
+    def _dispatch(self, event: h2.events.Event) -> None:
+        kind = type(event)
+        if kind is h2.events.DataReceived:
+            self._on_data(event)
+        elif kind is h2.events.ResponseReceived:
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.sink.on_response(event.headers, event.stream_ended is not None)
+        elif kind is h2.events.StreamEnded:
+            stream = self.streams.get(event.stream_id)
+            if stream is not None:
+                stream.remote_ended = True
+                self._on_remote_end(stream)
+        elif kind is h2.events.StreamReset:
+            self._on_reset(event)
+        elif kind is h2.events.WindowUpdated:
+            self._on_window_update(event.stream_id)
+        elif kind is h2.events.RemoteSettingsChanged:
+            self._on_settings(event)
+        elif kind is h2.events.PingAckReceived:
+            self._liveness.on_ack(event.ping_data)
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
         stream = self.streams.get(event.stream_id)
@@ -360,7 +358,7 @@ class UpstreamConnection(asyncio.Protocol):
         if not self._ready.done():
             self.state = ConnState.OPEN
             self._ready.set_result(None)
-            self._schedule_liveness(self._last_read + self._ping_interval)
+            self._liveness.start()
             if self.age_limit > 0 and self._on_age is not None:
                 self._age_timer = self._loop.call_at(
                     self.created_at + self.age_limit, self._on_age, self
@@ -488,67 +486,18 @@ class UpstreamConnection(asyncio.Protocol):
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
 
-    # ----------------------------------------------------------------- liveness
-
-    def _schedule_liveness(self, when: float) -> None:
-        if self._ping_interval <= 0 or self.state is ConnState.CLOSED:
-            return
-        self._liveness_timer = self._loop.call_at(when, self._check_liveness)
-
-    def _check_liveness(self) -> None:
-        """Send a PING after ``ping_interval`` without reads; declare the connection
-        dead if nothing at all arrived within ``ping_timeout`` of it."""
-        self._liveness_timer = None
-        now = self._loop.time()
-        sent_at = self._ping_sent_at
-        if sent_at is not None:
-            if self._last_read >= sent_at:
-                self._ping_sent_at = None  # something arrived: alive
-            elif now - sent_at >= self._ping_timeout:
-                # Confirm after one more turn of the loop: if the loop itself was
-                # blocked, bytes may be waiting in the socket unread.
-                if self._confirming:
-                    self._declare_dead(now - self._last_read)
-                    return
-                self._confirming = True
-                self._schedule_liveness(now + _DEATH_CONFIRM_DELAY)
-                return
-            else:
-                self._schedule_liveness(sent_at + self._ping_timeout)
-                return
-        self._confirming = False
-        idle_until = self._last_read + self._ping_interval
-        if now < idle_until:
-            self._schedule_liveness(idle_until)
-            return
-        self._send_ping(now)
-        # Look again after an interval: an ACK by then restarts the idle clock.
-        self._schedule_liveness(now + min(self._ping_interval, self._ping_timeout))
-
-    def _send_ping(self, now: float) -> None:
-        self._ping_count += 1
-        self._ping_payload = self._ping_count.to_bytes(8, "big")
-        self._ping_sent_at = now
-        self._h2.ping(self._ping_payload)
+    def _send_ping(self, payload: bytes) -> None:
+        self._h2.ping(payload)
         self._flush()
-        self._stats.pings_sent += 1
 
-    def _on_ping_ack(self, payload: bytes) -> None:
-        self._stats.ping_acks += 1
-        if payload == self._ping_payload and self._ping_sent_at is not None:
-            rtt = self._loop.time() - self._ping_sent_at
-            self._stats.last_ping_rtt = rtt
-            self._stats.ping_rtt.observe(rtt)
-
-    def _declare_dead(self, silent_for: float) -> None:
-        self._stats.ping_timeouts += 1
+    def _declare_dead(self, silent_for: float, since_ping: float) -> None:
         log.warning(
             "conn=%d dead: nothing received for %.1fs, %.1fs after a PING (ping-timeout %gs); "
             "failing %d streams",
             self.id,
             silent_for,
-            self._loop.time() - (self._ping_sent_at or 0.0),
-            self._ping_timeout,
+            since_ping,
+            self._liveness_timeout,
             len(self.streams),
         )
         error = UpstreamError(
@@ -570,9 +519,12 @@ class UpstreamConnection(asyncio.Protocol):
         if self.state is ConnState.DRAINING and not self.streams and not self.reserved:
             self.close(self.close_reason)
 
-    def _protocol_error(self, detail: str) -> None:
+    def _protocol_error(self, detail: str, code: int = ErrorCodes.PROTOCOL_ERROR) -> None:
+        """A connection error: GOAWAY with ``code``, close, fail every stream."""
         log.warning("conn=%d HTTP/2 protocol error from upstream: %s", self.id, detail)
-        self._flush()  # h2 may have queued a GOAWAY explaining it
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self._h2.close_connection(error_code=code)  # no-op if h2 already sent one
+        self._flush()
         if self._transport is not None:
             self._transport.close()
         self._fail_all(UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
@@ -593,11 +545,10 @@ class UpstreamConnection(asyncio.Protocol):
             return
         self.state = ConnState.CLOSED
         self.close_reason = self.close_reason or reason
-        self._inbuf = b""
-        for timer in (self._liveness_timer, self._age_timer):
-            if timer is not None:
-                timer.cancel()
-        self._liveness_timer = self._age_timer = None
+        self._liveness.stop()
+        if self._age_timer is not None:
+            self._age_timer.cancel()
+            self._age_timer = None
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
@@ -605,6 +556,26 @@ class UpstreamConnection(asyncio.Protocol):
 
     def __repr__(self) -> str:
         return f"<conn {self.id} {self.state.value} streams={len(self.streams)}>"
+
+
+#: What to say about an h2 error. Its own message can quote header values (a
+#: Set-Cookie, say): never pass that on to logs or clients.
+_H2_ERROR_TEXT: dict[type[Exception], str] = {
+    h2.exceptions.InvalidBodyLengthError: "response body does not match its content-length",
+    h2.exceptions.FlowControlError: "flow-control window exceeded",
+    h2.exceptions.FrameTooLargeError: "frame larger than the advertised maximum",
+    h2.exceptions.FrameDataMissingError: "frame shorter than its fixed fields",
+    h2.exceptions.DenialOfServiceError: "header list larger than SETTINGS_MAX_HEADER_LIST_SIZE",
+    h2.exceptions.InvalidSettingsValueError: "invalid SETTINGS value",
+    h2.exceptions.StreamIDTooLowError: "stream id lower than one already used",
+}
+
+
+def describe_h2_error(exc: Exception) -> str:
+    for kind in type(exc).__mro__:
+        if kind in _H2_ERROR_TEXT:
+            return f"{_H2_ERROR_TEXT[kind]} ({type(exc).__name__})"
+    return f"malformed frame or header block ({type(exc).__name__})"
 
 
 def _ssl_error(exc: ssl.SSLError) -> UpstreamError:

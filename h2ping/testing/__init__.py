@@ -8,8 +8,12 @@
   keeping both sockets open: a peer that vanished without FIN or RST.
 
 Both relays take ``throttle`` (bytes per second from upstream to client).
+
+- :class:`RawUpstream`: writes whatever frames a test scripts, valid or not, for
+  protocol violations and floods that the ``h2`` library refuses to produce.
 """
 
+from .raw import RawPeer, RawUpstream
 from .relays import BlackholeRelay, IdleCutRelay, Relay
 from .upstream import (
     Handler,
@@ -25,6 +29,8 @@ __all__ = [
     "BlackholeRelay",
     "Handler",
     "IdleCutRelay",
+    "RawPeer",
+    "RawUpstream",
     "Relay",
     "ScriptedConnection",
     "ScriptedRequest",

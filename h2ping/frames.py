@@ -1,0 +1,87 @@
+"""Cutting the inbound HTTP/2 byte stream at frame boundaries, before h2 sees it.
+
+Two jobs need frame boundaries. GOAWAY frames are taken out and handled by the
+connection, because h2 closes its whole state machine on any received GOAWAY and
+would fail the streams the server promised to finish. And control frames that a
+peer can send without limit (PING, SETTINGS, empty DATA) are counted, so a flood
+ends the connection instead of the process's CPU and memory (RFC 9113 10.5).
+Only the 9-byte frame headers are read; payloads pass through untouched.
+"""
+
+from __future__ import annotations
+
+import time
+
+FRAME_HEADER = 9
+_DATA, _SETTINGS, _PING, _GOAWAY = 0x0, 0x4, 0x6, 0x7
+_ACK = 0x1  # also END_STREAM on DATA
+
+#: Control frames allowed in a burst, and refilled per second after it.
+CONTROL_BURST = 1000
+CONTROL_PER_SECOND = 100
+
+
+#: Our SETTINGS_MAX_FRAME_SIZE (h2's default, which h2ping does not change).
+MAX_FRAME_SIZE = 16384
+
+
+class FloodError(Exception):
+    """The peer sent more PING/SETTINGS/empty DATA frames than any sane server would."""
+
+
+class FrameSizeError(Exception):
+    """A frame header announced more than our SETTINGS_MAX_FRAME_SIZE."""
+
+
+class FrameSplitter:
+    """Feed bytes in; get back runs of whole frames for h2 and GOAWAY payloads."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._credit = float(CONTROL_BURST)
+        self._credit_at = time.monotonic()
+
+    def split(self, data: bytes) -> list[tuple[bool, bytes]]:
+        """Return ``(is_goaway, bytes)`` pieces in order: runs of frames for h2,
+        or the payload of one GOAWAY frame. A partial frame waits for more data."""
+        if self._buffer:
+            data = self._buffer + data
+        pieces: list[tuple[bool, bytes]] = []
+        start = pos = 0
+        size = len(data)
+        control = 0
+        while pos + FRAME_HEADER <= size:
+            length = int.from_bytes(data[pos : pos + 3], "big")
+            if length > MAX_FRAME_SIZE:
+                # Refuse before buffering up to 16 MiB of it (RFC 9113 4.2).
+                raise FrameSizeError(f"frame of {length} bytes announced")
+            frame_end = pos + FRAME_HEADER + length
+            if frame_end > size:
+                break
+            kind = data[pos + 3]
+            if kind == _GOAWAY:
+                if pos > start:
+                    pieces.append((False, data[start:pos]))
+                pieces.append((True, data[pos + FRAME_HEADER : frame_end]))
+                start = frame_end
+            elif not data[pos + 4] & _ACK and (
+                kind in (_PING, _SETTINGS) or (kind == _DATA and length == 0)
+            ):
+                control += 1
+            pos = frame_end
+        if pos > start:
+            pieces.append((False, data[start:pos]))
+        self._buffer = data[pos:]
+        if control:
+            self._spend(control)
+        return pieces
+
+    def _spend(self, frames: int) -> None:
+        now = time.monotonic()
+        self._credit = min(
+            CONTROL_BURST, self._credit + (now - self._credit_at) * CONTROL_PER_SECOND
+        )
+        self._credit_at = now
+        self._credit -= frames
+        if self._credit < 0:
+            raise FloodError(f"more than {CONTROL_BURST} PING/SETTINGS/empty DATA frames")

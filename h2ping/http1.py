@@ -1,0 +1,222 @@
+"""HTTP/1.1 messages (RFC 9112): what a request head must satisfy, and how a
+response is framed for the client.
+
+The parsing itself is llhttp's (through httptools), which already rejects bad
+tokens, control characters, obs-fold, bare CR, conflicting or malformed
+Content-Length and a Content-Length with Transfer-Encoding. :func:`check_head`
+adds the rules llhttp leaves to the application: the versions and transfer
+codings we support, ``CONNECT``, and the size limits.
+"""
+
+from __future__ import annotations
+
+import http
+from typing import Protocol
+
+from .headers import Header
+
+#: Limits on a request head. Beyond them: 414 for the target, 431 for the fields.
+MAX_TARGET_BYTES = 16 * 1024
+MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADER_COUNT = 256
+
+_SUPPORTED_VERSIONS = ("1.0", "1.1")
+
+
+class RequestRejected(Exception):
+    """The request cannot be forwarded; ``status`` and ``reason`` go to the client."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+
+
+class ResponseSink(Protocol):
+    """The connection a :class:`ResponseWriter` writes to."""
+
+    write_paused: bool
+
+    def send(self, *parts: bytes) -> None: ...
+    def response_done(self, writer: ResponseWriter) -> None: ...
+    def abort(self) -> None: ...
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
+def check_head(method: bytes, version: str, headers: list[Header]) -> None:
+    """Raise :class:`RequestRejected` for a head llhttp accepted but we must not forward."""
+    if version not in _SUPPORTED_VERSIONS:
+        raise RequestRejected(505, f"HTTP version {version} not supported: use HTTP/1.1")
+    if method == b"CONNECT":
+        raise RequestRejected(405, "CONNECT is not supported: h2ping forwards to one upstream")
+    if len(headers) > MAX_HEADER_COUNT:
+        raise RequestRejected(431, f"more than {MAX_HEADER_COUNT} header fields")
+    codings = [
+        coding.strip().lower()
+        for name, value in headers
+        if name.lower() == b"transfer-encoding"
+        for coding in value.split(b",")
+    ]
+    if codings and codings != [b"chunked"]:
+        # The body would reach the upstream still encoded, and Transfer-Encoding
+        # (hop-by-hop) would not tell it so (RFC 9112 section 6.1).
+        raise RequestRejected(501, "transfer coding not implemented: only chunked is supported")
+
+
+class Request:
+    """One parsed HTTP/1.1 request head, plus what its framing implies."""
+
+    __slots__ = (
+        "body_complete",
+        "chunked",
+        "content_length",
+        "expect_continue",
+        "has_body",
+        "headers",
+        "http_version",
+        "keep_alive",
+        "method",
+        "target",
+        "upgrade",
+    )
+
+    def __init__(
+        self,
+        method: bytes,
+        target: bytes,
+        headers: list[Header],
+        http_version: str,
+        keep_alive: bool,
+    ) -> None:
+        self.method = method
+        self.target = target
+        self.headers = headers
+        self.http_version = http_version
+        self.keep_alive = keep_alive
+        self.expect_continue = False
+        self.upgrade = False  # llhttp treats the rest of the stream as another protocol
+        self.content_length: int | None = None
+        self.chunked = False
+        self.body_complete = False
+        for name, value in headers:
+            lname = name.lower()
+            if lname == b"content-length":
+                self.content_length = int(value)  # llhttp has checked the digits
+            elif lname == b"transfer-encoding":
+                self.chunked = True
+            elif lname == b"expect" and value.strip().lower() == b"100-continue":
+                self.expect_continue = True
+        self.has_body = self.chunked or bool(self.content_length)
+
+    def describe(self) -> str:
+        """``METHOD /path`` for log lines (the query may hold secrets: left out)."""
+        path = self.target.split(b"?", 1)[0][:200]
+        return f"{self.method.decode('latin-1')} {path.decode('latin-1')}"
+
+
+class ResponseWriter:
+    """Writes one response to the client, choosing its HTTP/1.1 framing."""
+
+    __slots__ = ("_chunked", "_conn", "_no_body", "_request", "finished", "started")
+
+    def __init__(self, conn: ResponseSink, request: Request) -> None:
+        self._conn = conn
+        self._request = request
+        self._chunked = False
+        self._no_body = False
+        self.started = False
+        self.finished = False
+
+    @property
+    def keep_alive(self) -> bool:
+        return self._request.keep_alive
+
+    @property
+    def paused(self) -> bool:
+        """True while the client's socket buffer is full: stop handing it data."""
+        return self._conn.write_paused
+
+    def send_continue(self) -> None:
+        if not self.started and self._request.http_version == "1.1":
+            self._conn.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def start(self, status: int, headers: list[Header], *, has_body: bool = True) -> None:
+        """Status line and fields. Without ``Content-Length`` the body is chunked
+        (HTTP/1.1) or delimited by closing the connection (HTTP/1.0)."""
+        request = self._request
+        self.started = True
+        self._no_body = request.method == b"HEAD" or status in (204, 304) or 100 <= status < 200
+        has_length = any(name == b"content-length" for name, _ in headers)
+        if not self._no_body and not has_length:
+            if request.http_version == "1.1" and has_body:
+                self._chunked = True
+                headers = [*headers, (b"transfer-encoding", b"chunked")]
+            elif has_body:
+                request.keep_alive = False
+            else:
+                headers = [*headers, (b"content-length", b"0")]
+        if not request.body_complete:
+            # The rest of the request body would be read as the next request.
+            request.keep_alive = False
+        if not request.keep_alive:
+            headers = [*headers, (b"connection", b"close")]
+        elif request.http_version == "1.0":
+            headers = [*headers, (b"connection", b"keep-alive")]
+        try:
+            reason = http.HTTPStatus(status).phrase.encode()
+        except ValueError:
+            reason = b""
+        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
+        for name, value in headers:
+            parts += (name, b": ", value, b"\r\n")
+        parts.append(b"\r\n")
+        self._conn.send(b"".join(parts))
+
+    def write(self, data: bytes) -> None:
+        if self._no_body or not data or self.finished:
+            return
+        if self._chunked:
+            self._conn.send(b"%x\r\n" % len(data), data, b"\r\n")
+        else:
+            self._conn.send(data)
+
+    def end(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        if self._chunked:
+            self._conn.send(b"0\r\n\r\n")
+        self._conn.response_done(self)
+
+    def abort(self) -> None:
+        """Cut the connection so the client sees a truncated response, never a
+        clean end of a partial body."""
+        if not self.finished:
+            self.finished = True
+            self._conn.abort()
+
+    def send_error(self, status: int, text: str, proxy_status: str | None = None) -> None:
+        """A complete error response with a one-line plain-text body."""
+        if self.started:
+            self.abort()
+            return
+        body = text.encode("utf-8", "replace") + b"\n"
+        headers: list[Header] = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", b"%d" % len(body)),
+        ]
+        if proxy_status is not None:
+            headers.append((b"proxy-status", proxy_status.encode("ascii", "replace")))
+        # The proxy's own errors end the connection: simplest for the client to
+        # recover from, and what follows a rejected request cannot be trusted.
+        self._request.keep_alive = False
+        self.start(status, headers)
+        self.write(body)
+        self.end()
+
+    def pause_reading(self) -> None:
+        self._conn.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._conn.resume_reading()

@@ -1,0 +1,99 @@
+"""PING keepalive and death detection for one HTTP/2 connection.
+
+A PING goes out once nothing has been read for ``interval``: its bytes keep a
+middlebox that cuts idle flows from cutting this one. The connection is dead when
+*nothing at all* arrives within ``timeout`` of a PING. Any inbound byte counts,
+not only the ACK: an ACK queued behind megabytes of DATA on a slow path must not
+kill a healthy connection (the Go transport waits for the ACK alone, and does).
+
+One timer per connection, checked lazily: reads only record a timestamp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from .stats import Stats
+
+#: Before declaring death, look once more after this long: if the event loop
+#: itself was blocked, bytes may be waiting in the socket, not yet read.
+DEATH_CONFIRM_DELAY = 0.05
+
+
+class Liveness:
+    def __init__(
+        self,
+        interval: float,
+        timeout: float,
+        send_ping: Callable[[bytes], None],
+        on_dead: Callable[[float, float], None],
+        stats: Stats,
+    ) -> None:
+        """``send_ping(payload)`` writes a PING; ``on_dead(silent_for, since_ping)``
+        is called once, when the peer is declared dead."""
+        self._loop = asyncio.get_running_loop()
+        self._interval = interval
+        self._timeout = timeout
+        self._send_ping = send_ping
+        self._on_dead = on_dead
+        self._stats = stats
+        self.last_read = self._loop.time()
+        self._sent_at: float | None = None
+        self._payload = b""
+        self._count = 0
+        self._confirming = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._schedule(self.last_read + self._interval)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def saw_bytes(self) -> None:
+        self.last_read = self._loop.time()
+
+    def on_ack(self, payload: bytes) -> None:
+        self._stats.ping_acks += 1
+        if payload == self._payload and self._sent_at is not None:
+            rtt = self._loop.time() - self._sent_at
+            self._stats.last_ping_rtt = rtt
+            self._stats.ping_rtt.observe(rtt)
+
+    def _schedule(self, when: float) -> None:
+        if self._interval > 0:
+            self._timer = self._loop.call_at(when, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        now = self._loop.time()
+        sent_at = self._sent_at
+        if sent_at is not None:
+            if self.last_read >= sent_at:
+                self._sent_at = None  # something arrived after the PING: alive
+            elif now - sent_at < self._timeout:
+                self._schedule(sent_at + self._timeout)
+                return
+            elif not self._confirming:
+                self._confirming = True
+                self._schedule(now + DEATH_CONFIRM_DELAY)
+                return
+            else:
+                self._stats.ping_timeouts += 1
+                self._on_dead(now - self.last_read, now - sent_at)
+                return
+        self._confirming = False
+        idle_until = self.last_read + self._interval
+        if now < idle_until:
+            self._schedule(idle_until)
+            return
+        self._count += 1
+        self._payload = self._count.to_bytes(8, "big")
+        self._sent_at = now
+        self._send_ping(self._payload)
+        self._stats.pings_sent += 1
+        # Look again after an interval: an ACK by then restarts the idle clock.
+        self._schedule(now + min(self._interval, self._timeout))
