@@ -1,0 +1,143 @@
+"""The origin: nginx over TLS with HTTP/2, plus a cleartext HTTP/1.1 listener.
+
+Locations:
+  /tiny          a small fixed body
+  /16m           a 16 MiB static file
+  /echo          echoes a small request body
+  /upload        reads the whole body (any size, kept in memory) and answers
+                 ``ok <request_length>``, so the client can check it all arrived
+  /delay?ms=N    answers after N milliseconds (echo module's ``echo_sleep``)
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+import trustme
+from procs import BenchError, Procs, find_tool, free_port, wait_port
+
+ECHO_MODULE = Path("/usr/lib/nginx/modules/ngx_http_echo_module.so")
+TINY_BODY = "hello from the origin\n"
+BIG_SIZE = 16 * 1024 * 1024
+
+NGINX_CONF = """\
+user root;
+worker_processes 1;
+worker_rlimit_nofile {nofile};
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+load_module {echo_module};
+
+events {{
+    worker_connections {connections};
+    multi_accept on;
+}}
+
+http {{
+    access_log off;
+    default_type text/plain;
+    sendfile on;
+    tcp_nodelay on;
+    client_body_temp_path {tmp}/nginx-body;
+    proxy_temp_path {tmp}/nginx-proxy;
+    fastcgi_temp_path {tmp}/nginx-fastcgi;
+    uwsgi_temp_path {tmp}/nginx-uwsgi;
+    scgi_temp_path {tmp}/nginx-scgi;
+
+    # One upstream connection must carry a whole run, and sit idle between runs.
+    keepalive_requests 1000000;
+    keepalive_timeout 3600s;
+    http2_max_concurrent_streams {max_streams};
+
+    # ms -> seconds for echo_sleep, which takes (fractional) seconds.
+    map $arg_ms $delay_s {{
+        ~^(\\d+)(\\d\\d\\d)$ $1.$2;
+        ~^(\\d\\d\\d)$ 0.$1;
+        ~^(\\d\\d)$ 0.0$1;
+        ~^(\\d)$ 0.00$1;
+        default 0;
+    }}
+
+    server {{
+        listen 127.0.0.1:{tls_port} ssl http2 backlog=65535;
+        listen 127.0.0.1:{h1_port} backlog=65535;
+        ssl_certificate {tmp}/origin-cert.pem;
+        ssl_certificate_key {tmp}/origin-key.pem;
+        root {tmp}/www;
+
+        location = /tiny {{ return 200 "{tiny}"; }}
+        location = /16m {{ }}
+        location = /echo {{
+            echo_read_request_body;
+            echo_request_body;
+        }}
+        location = /upload {{
+            client_max_body_size 0;
+            client_body_buffer_size 32m;
+            echo_read_request_body;
+            echo "ok $request_length";
+        }}
+        location = /delay {{
+            echo_sleep $delay_s;
+            echo "slept $arg_ms ms";
+        }}
+    }}
+}}
+"""
+
+
+@dataclass
+class Origin:
+    tls_port: int  # HTTP/2 over TLS: what every proxy forwards to
+    h1_port: int  # cleartext HTTP/1.1: h2load --h1 straight to nginx
+    ca_path: Path
+    pid: int
+
+    @property
+    def https_url(self) -> str:
+        return f"https://127.0.0.1:{self.tls_port}"
+
+
+def write_certs(tmp: Path) -> Path:
+    """A throwaway CA and a server certificate for 127.0.0.1/localhost."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    ca_path = tmp / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_path))
+    cert.private_key_pem.write_to_path(str(tmp / "origin-key.pem"))
+    chain = tmp / "origin-cert.pem"
+    chain.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    return ca_path
+
+
+def start_origin(procs: Procs, tmp: Path, max_streams: int = 1024) -> Origin:
+    ca_path = write_certs(tmp)
+    www = tmp / "www"
+    www.mkdir()
+    with (www / "16m").open("wb") as big:
+        big.truncate(BIG_SIZE)  # sparse zeros: nginx sends them like any file
+    tls_port, h1_port = free_port(), free_port()
+    _, nofile = resource.getrlimit(resource.RLIMIT_NOFILE)  # as raised by run.py
+    conf = tmp / "nginx.conf"
+    conf.write_text(
+        NGINX_CONF.format(
+            tmp=tmp,
+            echo_module=ECHO_MODULE,
+            tls_port=tls_port,
+            h1_port=h1_port,
+            max_streams=max_streams,
+            nofile=nofile,
+            connections=nofile - 100,
+            tiny=TINY_BODY.replace("\n", "\\n"),
+        )
+    )
+    nginx = find_tool("nginx")
+    if nginx is None:
+        raise BenchError("nginx not found (Debian package nginx)")
+    argv = [nginx, "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "nginx-error.log")]
+    proc = procs.start("nginx", [*argv, "-g", "daemon off;"])
+    wait_port(tls_port, proc)
+    wait_port(h1_port, proc)
+    return Origin(tls_port, h1_port, ca_path, proc.pid)

@@ -1,0 +1,96 @@
+"""The things h2ping is measured against, each reachable at one base URL.
+
+``direct`` and ``direct-h1`` are nginx itself (no proxy): the floor. The proxies
+all take cleartext HTTP/1.1 and forward over TLS + HTTP/2 to the same nginx, and
+each runs pinned to core 0 (the load generator gets core 1).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from origin import Origin
+from procs import Proc, Procs, find_tool, free_port, wait_port
+
+BENCH_DIR = Path(__file__).resolve().parent
+PROXY_CPU = 0
+DIRECT_PEERS = ("direct", "direct-h1")
+PROXY_PEERS = ("nghttpx", "baseline", "h2ping")
+ALL_PEERS = DIRECT_PEERS + PROXY_PEERS
+
+
+@dataclass
+class Peer:
+    name: str
+    url: str  # base URL, no trailing slash
+    h1: bool  # clients speak HTTP/1.1 to it (else h2 over TLS)
+    proc: Proc | None = None
+    stop_signal: int = signal.SIGTERM
+
+    @property
+    def is_proxy(self) -> bool:
+        return self.proc is not None
+
+
+def available_peers(has_nghttpx: bool, has_baseline: bool) -> list[str]:
+    skip = {"nghttpx"} if not has_nghttpx else set()
+    if not has_baseline:
+        skip.add("baseline")
+    return [name for name in ALL_PEERS if name not in skip]
+
+
+def start_peer(
+    name: str, procs: Procs, origin: Origin, *, ping_interval: str | None = None
+) -> Peer:
+    if name == "direct":
+        return Peer(name, origin.https_url, h1=False)
+    if name == "direct-h1":
+        return Peer(name, f"http://127.0.0.1:{origin.h1_port}", h1=True)
+    port = free_port()
+    argv, stop_signal = _proxy_argv(name, port, origin, ping_interval)
+    proc = procs.start(name, argv, cpu=PROXY_CPU)
+    wait_port(port, proc)
+    return Peer(name, f"http://127.0.0.1:{port}", h1=True, proc=proc, stop_signal=stop_signal)
+
+
+def _proxy_argv(
+    name: str, port: int, origin: Origin, ping_interval: str | None
+) -> tuple[list[str], int]:
+    listen = f"127.0.0.1:{port}"
+    ca = str(origin.ca_path)
+    if name == "h2ping":
+        argv = [sys.executable, "-m", "h2ping", "--listen", listen]
+        argv += ["--upstream", origin.https_url, "--ca-file", ca]
+        # info, not warning: the shutdown summary (pings_sent=...) is an info line.
+        argv += ["--log-level", "info"]
+        if ping_interval:
+            argv += ["--ping-interval", ping_interval]
+        return argv, signal.SIGINT
+    if name == "baseline":
+        script = str(BENCH_DIR / "baseline_proxy.py")
+        argv = [sys.executable, script, "--listen", listen, "--upstream", origin.https_url]
+        return [*argv, "--ca-file", ca], signal.SIGTERM
+    if name == "nghttpx":
+        return [
+            find_tool("nghttpx") or "nghttpx",
+            "--conf=/dev/null",  # ignore /etc/nghttpx/nghttpx.conf
+            f"--frontend=127.0.0.1,{port};no-tls",
+            f"--backend=127.0.0.1,{origin.tls_port};;tls;proto=h2;sni=localhost",
+            f"--cacert={ca}",
+            "--workers=1",
+            "--no-ocsp",
+            # Defaults of 1m would cut the 60 s in-flight scenario.
+            "--backend-read-timeout=1h",
+            "--frontend-read-timeout=1h",
+            "--frontend-keep-alive-timeout=1h",
+        ], signal.SIGTERM
+    raise ValueError(f"unknown peer {name!r}")
+
+
+def stop_peer(procs: Procs, peer: Peer, timeout: float = 30.0) -> int | None:
+    if peer.proc is None:
+        return None
+    return procs.stop(peer.proc, peer.stop_signal, timeout)

@@ -1,0 +1,167 @@
+"""Child processes of the benchmark: start pinned, wait for a port, measure RSS, stop.
+
+Every process is started in its own session so that stopping it also stops the
+children it forked (nghttpx runs a worker process, for instance).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class BenchError(RuntimeError):
+    """A set-up step failed; the message says which and why."""
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Procs:
+    """Registry of everything started; ``close`` stops whatever is still running."""
+
+    log_dir: Path
+    running: list[Proc] = field(default_factory=list)
+    started: int = 0
+
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        cpu: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Proc:
+        if cpu is not None:
+            argv = ["taskset", "-c", str(cpu), *argv]  # taskset execs: same pid
+        self.started += 1  # numbered logs: one per process, in start order
+        log_path = self.log_dir / f"{self.started:03d}-{name}.log"
+        with log_path.open("wb") as log:
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        proc = Proc(name, popen, log_path)
+        self.running.append(proc)
+        return proc
+
+    def stop(self, proc: Proc, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
+        """Signal the process group and wait; SIGKILL it if it does not go in time."""
+        if proc.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+            try:
+                proc.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.popen.wait()
+        else:
+            # The leader is gone but a forked child may still hold the group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        if proc in self.running:
+            self.running.remove(proc)
+        return proc.popen.returncode
+
+    def close(self) -> None:
+        for proc in reversed(list(self.running)):
+            self.stop(proc, timeout=5.0)
+
+
+def find_tool(name: str) -> str | None:
+    """Like ``which``, but also looks in sbin: nginx and nghttpx live there."""
+    return shutil.which(name) or shutil.which(name, path="/usr/local/sbin:/usr/sbin:/sbin")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(port: int, proc: Proc, timeout: float = 20.0) -> None:
+    """Return once 127.0.0.1:port accepts connections; fail early if proc died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.popen.poll() is not None:
+            raise BenchError(
+                f"{proc.name} exited with {proc.popen.returncode} before listening:\n"
+                + proc.log_tail()
+            )
+        with socket.socket() as sock:
+            sock.settimeout(0.5)
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise BenchError(
+        f"{proc.name} did not listen on port {port} in {timeout}s:\n" + proc.log_tail()
+    )
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # The command name may hold spaces; ppid is the 2nd field after ')'.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            kids.append(int(entry))
+    return kids
+
+
+def tree_rss_kib(pid: int) -> int:
+    """VmRSS of pid plus all its descendants, in KiB (0 for a vanished process)."""
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+            todo.extend(_children(current))
+    return total
+
+
+def raise_nofile(target: int = 200_000) -> int:
+    """Raise RLIMIT_NOFILE (hard too, we are usually root) so children inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for limit in (max(target, hard), hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+            return limit
+        except (ValueError, OSError):
+            continue
+    return soft

@@ -1,0 +1,108 @@
+"""The printed table and the ratios h2ping/peer, all from one run's figures."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Getter = Callable[[dict[str, Any]], Any]
+
+# Per scenario: title, (column header, value getter, format), metrics to take ratios of.
+COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
+    "small_50": (
+        "1. small requests, 50 connections (h2load --h1 /tiny)  [ratio > 1: h2ping faster]",
+        [
+            ("req/s", lambda f: f["req_per_s"], "{:,.0f}"),
+            ("mean ms", lambda f: f.get("latency_mean_us", 0) / 1000, "{:.2f}"),
+            ("failed", lambda f: f.get("requests_failed", 0) + f.get("requests_errored", 0), "{}"),
+        ],
+        ["req_per_s"],
+    ),
+    "latency_1": (
+        "2. small requests, 1 connection, latency in us  [ratio > 1: h2ping slower]",
+        [
+            ("mean", lambda f: f["mean_us"], "{:.0f}"),
+            ("p50", lambda f: f["p50_us"], "{:.0f}"),
+            ("p99", lambda f: f["p99_us"], "{:.0f}"),
+            ("+mean/direct", lambda f: f.get("added_mean_us_over_direct"), "{:+.0f}"),
+            ("+p99/direct", lambda f: f.get("added_p99_us_over_direct"), "{:+.0f}"),
+            ("+mean/direct-h1", lambda f: f.get("added_mean_us_over_direct-h1"), "{:+.0f}"),
+        ],
+        ["mean_us", "p99_us"],
+    ),
+    "transfer_16m": (
+        "3. 16 MiB transfers, curl, median MB/s  [ratio > 1: h2ping faster]",
+        [
+            ("download", lambda f: f["download_mb_per_s"], "{:,.0f}"),
+            ("upload", lambda f: f["upload_mb_per_s"], "{:,.0f}"),
+        ],
+        ["download_mb_per_s", "upload_mb_per_s"],
+    ),
+}
+INFLIGHT_COLUMNS: list[tuple[str, Getter, str]] = [
+    ("ok", lambda f: f"{f['ok']}", "{}"),
+    ("failures", lambda f: sum(f["failures"].values()), "{}"),
+    ("connect s", lambda f: f.get("connect_seconds"), "{:.1f}"),
+    ("idle MiB", lambda f: f["rss_idle_kib"] / 1024, "{:.1f}"),
+    ("peak MiB", lambda f: f["rss_peak_kib"] / 1024, "{:.1f}"),
+    ("KiB/req", lambda f: f["rss_per_request_kib"], "{:.1f}"),
+    ("pings/s", lambda f: f.get("pings_per_s"), "{:.1f}"),
+    ("loop lag", lambda f: f.get("loop_lag"), "{}"),
+]
+INFLIGHT_RATIOS = ["rss_per_request_kib"]
+
+
+def add_ratios(name: str, result: dict[str, Any]) -> None:
+    """result["ratios"][metric][peer] = h2ping's figure / the peer's, same run."""
+    metrics = INFLIGHT_RATIOS if name.startswith("inflight") else COLUMNS[name][2]
+    mine = result["peers"].get("h2ping")
+    ratios: dict[str, dict[str, float]] = {}
+    for metric in metrics:
+        for peer, figures in result["peers"].items():
+            if mine is None or peer == "h2ping" or not figures.get(metric):
+                continue
+            ratios.setdefault(metric, {})[peer] = mine[metric] / figures[metric]
+    result["ratios"] = ratios
+
+
+def render(name: str, result: dict[str, Any]) -> str:
+    if name.startswith("inflight"):
+        p = result["params"]
+        number = "4" if name == "inflight" else "5"
+        title = (
+            f"{number}. {p['n']} requests in flight for {p['seconds']} s, proxy RSS  "
+            "[ratio > 1: h2ping uses more]"
+        )
+        columns, metrics = INFLIGHT_COLUMNS, INFLIGHT_RATIOS
+    else:
+        title, columns, metrics = COLUMNS[name]
+    headers = ["peer"] + [c[0] for c in columns] + [f"h2ping/peer {m}" for m in metrics]
+    rows = []
+    for peer, figures in result["peers"].items():
+        cells = [peer] + [_cell(getter, fmt, figures) for _, getter, fmt in columns]
+        for metric in metrics:
+            ratio = result.get("ratios", {}).get(metric, {}).get(peer)
+            cells.append("-" if ratio is None else f"{ratio:.2f}")
+        rows.append(cells)
+    lines = [title, _table(headers, rows)]
+    lines += [f"  {peer}: ERROR {msg.splitlines()[0]}" for peer, msg in result["errors"].items()]
+    return "\n".join(lines)
+
+
+def _cell(getter: Getter, fmt: str, figures: dict[str, Any]) -> str:
+    try:
+        value = getter(figures)
+    except (KeyError, TypeError):
+        return "?"
+    return "n/a" if value is None else fmt.format(value)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = [cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True)]
+        return "  " + "  ".join([first, *rest])
+
+    return "\n".join([line(headers), *(line(r) for r in rows)])

@@ -1,0 +1,262 @@
+"""Benchmark h2ping against its peers in one run; prints a table, writes JSON.
+
+    python bench/run.py [--quick] [--scenarios small_50,latency_1] [--out FILE]
+
+See bench/README.md for what each scenario measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from procs import find_tool  # stdlib only, unlike the other bench modules
+
+BENCH_DIR = Path(__file__).resolve().parent
+DEFAULT_SCENARIOS = ("small_50", "latency_1", "transfer_16m", "inflight")
+ALL_SCENARIOS = (*DEFAULT_SCENARIOS, "inflight50k")
+# Aliases accepted by --scenarios, from the issue text.
+ALIASES = {"small": "small_50", "latency": "latency_1", "transfer": "transfer_16m"}
+
+# (what is needed, how we look for it, Debian package providing it)
+ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
+REQUIRED_TOOLS = [
+    ("nginx", "nginx", "nginx"),
+    ("nginx echo module", ECHO_MODULE, "libnginx-mod-http-echo"),
+    ("h2load", "h2load", "nghttp2-client"),
+    ("curl", "curl", "curl"),
+    ("taskset", "taskset", "util-linux"),
+]
+OPTIONAL_TOOLS = [("nghttpx", "nghttpx", "nghttp2-proxy")]
+
+
+def _have(probe: str) -> bool:
+    return Path(probe).exists() if probe.startswith("/") else find_tool(probe) is not None
+
+
+def check_tools() -> tuple[list[str], list[str]]:
+    """Print what is missing; return (fatal problems, optional peers missing)."""
+    fatal = [
+        f"{what} (Debian package {pkg})" for what, probe, pkg in REQUIRED_TOOLS if not _have(probe)
+    ]
+    fatal_pkgs = [pkg for _, probe, pkg in REQUIRED_TOOLS if not _have(probe)]
+    optional = [pkg for _, probe, pkg in OPTIONAL_TOOLS if not _have(probe)]
+    modules = [m for m in ("trustme", "h2ping") if importlib.util.find_spec(m) is None]
+    if fatal_pkgs:
+        print("missing: " + ", ".join(fatal), file=sys.stderr)
+        print(
+            f"  install with: apt-get install -y {' '.join(fatal_pkgs + optional)}", file=sys.stderr
+        )
+    if modules:
+        fatal.append(f"python modules {modules}")
+        print(
+            f"missing python modules {modules}: run with the project's venv, "
+            "and pip install trustme",
+            file=sys.stderr,
+        )
+    if optional and not fatal:
+        print(
+            f"note: nghttpx not found, peer skipped (apt-get install -y {' '.join(optional)})",
+            file=sys.stderr,
+        )
+    return fatal, optional
+
+
+def baseline_available() -> bool:
+    missing = [m for m in ("httpx", "h2", "aiohttp") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(
+            f"note: baseline peer skipped, missing {missing} (pip install 'httpx[http2]' aiohttp)",
+            file=sys.stderr,
+        )
+    return not missing
+
+
+def _first_line(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except OSError:
+        return "not installed"
+    lines = (done.stdout or done.stderr).strip().splitlines()  # nginx -v prints on stderr
+    return lines[0] if lines else "?"
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def environment() -> dict[str, Any]:
+    cpu = "?"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    versions = {"python": platform.python_version()}
+    for dist in ("h2ping", "h2", "httptools", "uvloop", "httpx", "aiohttp"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    for tool, flag in (
+        ("nginx", "-v"),
+        ("nghttpx", "--version"),
+        ("h2load", "--version"),
+        ("curl", "--version"),
+    ):
+        versions[tool] = _first_line([find_tool(tool) or tool, flag])
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": [sys.executable, *sys.argv],
+        "nproc": os.cpu_count(),
+        "cpu_model": cpu,
+        "kernel": platform.release(),
+        # Other work on the machine skews everything; this at least shows it.
+        "loadavg_start": _loadavg(),
+        "versions": versions,
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="h2ping vs peers, in one run")
+    parser.add_argument("--quick", action="store_true", help="shorter runs, 1000 in flight x 10 s")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(DEFAULT_SCENARIOS),
+        help=f"comma list of {', '.join(ALL_SCENARIOS)}",
+    )
+    parser.add_argument("--peers", help="comma list (default: every installed one)")
+    parser.add_argument("--inflight-n", type=int, help="override N of the in-flight scenario")
+    parser.add_argument("--inflight-seconds", type=int, help="override T of the same")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "latest.json")
+    parser.add_argument("--keep-tmp", action="store_true", help="keep configs and process logs")
+    args = parser.parse_args(argv)
+    names = [ALIASES.get(s.strip(), s.strip()) for s in args.scenarios.split(",") if s.strip()]
+    unknown = [s for s in names if s not in ALL_SCENARIOS]
+    if unknown:
+        parser.error(f"unknown scenarios {unknown}; choose from {', '.join(ALL_SCENARIOS)}")
+    args.scenarios = names
+    return args
+
+
+def run_scenarios(
+    args: argparse.Namespace, peers: list[str], tmp: Path, results: dict[str, Any]
+) -> dict[str, Any]:
+    # Imported here so that a missing module is reported by check_tools, not a traceback.
+    import report
+    import scenarios
+    from origin import start_origin
+    from procs import Procs
+
+    procs = Procs(tmp)
+    try:
+        origin = start_origin(procs, tmp)
+        bench = scenarios.Bench(procs, origin, tmp, args.quick, peers)
+        n = args.inflight_n or (1000 if args.quick else 10_000)
+        seconds = args.inflight_seconds or (10 if args.quick else 60)
+        for name in args.scenarios:
+            print(f"== {name}", flush=True)
+            started = time.monotonic()
+            if name == "inflight":
+                result = scenarios.inflight(bench, n, seconds)
+            elif name == "inflight50k":
+                result = scenarios.inflight(bench, 50_000, seconds)
+            else:
+                result = getattr(scenarios, name)(bench)
+            result["wall_seconds"] = round(time.monotonic() - started, 1)
+            report.add_ratios(name, result)
+            results[name] = result
+            print(report.render(name, result) + "\n", flush=True)
+        return bench.summaries
+    finally:
+        procs.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    fatal, optional = check_tools()
+    if fatal:
+        return 2
+    from peers import available_peers
+    from procs import raise_nofile
+
+    peers = available_peers(not optional, baseline_available())
+    if args.peers:
+        peers = [p for p in peers if p in args.peers.split(",")]
+    nofile = raise_nofile()
+    # SIGTERM takes the same clean-up path as Ctrl-C.
+    signal.signal(signal.SIGTERM, _interrupt)
+    doc: dict[str, Any] = {
+        **environment(),
+        "quick": args.quick,
+        "peers": peers,
+        "rlimit_nofile": nofile,
+        "scenarios": {},
+    }
+    tmp = Path(tempfile.mkdtemp(prefix="h2ping-bench-"))
+    started = time.monotonic()
+    code = 0
+    try:
+        doc["proxy_logs"] = run_scenarios(args, peers, tmp, doc["scenarios"])
+    except KeyboardInterrupt:
+        print("interrupted: writing what was measured", file=sys.stderr)
+        doc["interrupted"], code = True, 130
+    except Exception as exc:
+        print(f"benchmark failed: {exc}", file=sys.stderr)
+        doc["error"], code = str(exc), 1
+    finally:
+        if args.keep_tmp:
+            print(f"kept {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    doc["wall_seconds"] = round(time.monotonic() - started, 1)
+    doc["loadavg_end"] = _loadavg()
+    print_summary(doc)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    print(f"wrote {args.out}")
+    return code
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def print_summary(doc: dict[str, Any]) -> None:
+    import report
+
+    print(
+        f"\n==== h2ping bench, {doc['date']}, {doc['nproc']} x {doc['cpu_model']}, "
+        f"{'quick' if doc['quick'] else 'full'} run, {doc['wall_seconds']} s, "
+        f"loadavg {doc['loadavg_start']} -> {doc['loadavg_end']}"
+    )
+    for name, result in doc["scenarios"].items():
+        print(report.render(name, result) + "\n")
+    # h2ping's own complaints in full (first few per scenario); other peers' only counted.
+    for peer, records in doc.get("proxy_logs", {}).items():
+        for record in records:
+            if record["summary"]:
+                pairs = " ".join(f"{k}={v}" for k, v in record["summary"].items())
+                print(f"{peer} summary ({record['scenario']}): {pairs}")
+            shown = record["log_problems"][:10] if peer == "h2ping" else []
+            for line in shown:
+                print(f"{peer} log ({record['scenario']}): {line}")
+            if record["log_problem_count"] > len(shown):
+                more = record["log_problem_count"] - len(shown)
+                print(f"{peer} log ({record['scenario']}): {more} more warning/error lines")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""The scenarios. Each runs every peer in turn, on a freshly started proxy, and
+returns ``{"params": ..., "peers": {name: figures}, "errors": {name: message}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from load import LOAD_CPU, curl_transfer, h2load, latency_from_log
+from origin import BIG_SIZE, Origin
+from peers import Peer, start_peer, stop_peer
+from procs import BenchError, Procs, tree_rss_kib
+
+BENCH_DIR = Path(__file__).resolve().parent
+MB = 1_000_000
+PROBLEM_MARKS = ("WARN", "ERROR", "Traceback", "Error:", "Exception")
+
+
+@dataclass
+class Bench:
+    procs: Procs
+    origin: Origin
+    tmp: Path
+    quick: bool
+    peers: list[str]
+    summaries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+PeerRun = Callable[[Bench, Peer], dict[str, Any]]
+
+
+def _each_peer(
+    bench: Bench, scenario: str, names: list[str], run: PeerRun, ping_interval: str | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Start each peer fresh, run one measurement, stop it; a failure is noted, not fatal."""
+    figures: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for name in names:
+        print(f"  {scenario}: {name} ...", flush=True)
+        peer: Peer | None = None
+        try:
+            peer = start_peer(name, bench.procs, bench.origin, ping_interval=ping_interval)
+            figures[name] = run(bench, peer)
+        except BenchError as exc:
+            errors[name] = str(exc)
+            print(f"  {scenario}: {name} FAILED: {exc}", flush=True)
+        finally:
+            if peer is not None:
+                _stop_and_collect(bench, scenario, peer, figures.get(name))
+    return figures, errors
+
+
+def _stop_and_collect(bench: Bench, scenario: str, peer: Peer, figures: dict | None) -> None:
+    """Stop the proxy; keep h2ping's shutdown summary and any warnings it logged."""
+    rc = stop_peer(bench.procs, peer)
+    if peer.proc is None:
+        return
+    text = peer.proc.log_path.read_text(errors="replace")
+    problems = [line for line in text.splitlines() if any(m in line for m in PROBLEM_MARKS)]
+    summary = parse_summary(text)
+    record = {
+        "scenario": scenario,
+        "exit_code": rc,
+        "summary": summary,
+        "log_problems": problems[:50],  # the baseline logs one traceback per cut client
+        "log_problem_count": len(problems),
+    }
+    bench.summaries.setdefault(peer.name, []).append(record)
+    if figures is not None and summary:
+        figures["proxy_summary"] = summary
+
+
+def parse_summary(log_text: str) -> dict[str, str]:
+    """key=value pairs of h2ping's ``stopped: requests=... pings_sent=...`` line."""
+    for line in reversed(log_text.splitlines()):
+        if "stopped: " in line:
+            pairs = line.split("stopped: ", 1)[1].split()
+            return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+    return {}
+
+
+# 1. small requests, 50 connections ---------------------------------------------------------
+
+
+def small_50(bench: Bench) -> dict[str, Any]:
+    duration, warmup = (4.0, 1.0) if bench.quick else (10.0, 2.0)
+
+    def run(bench: Bench, peer: Peer) -> dict[str, Any]:
+        result = h2load(
+            peer.url + "/tiny", h1=peer.h1, clients=50, duration=duration, warmup=warmup
+        )
+        if result.get("requests_failed") or result.get("requests_errored"):
+            result["warning"] = "h2load counted failed/errored requests"
+        return result
+
+    params = {"clients": 50, "duration_s": duration, "warmup_s": warmup, "path": "/tiny"}
+    figures, errors = _each_peer(bench, "small_50", bench.peers, run)
+    return {"params": params, "peers": figures, "errors": errors}
+
+
+# 2. small requests, 1 connection: latency -----------------------------------------------------
+
+
+def latency_1(bench: Bench) -> dict[str, Any]:
+    requests = 2000 if bench.quick else 5000
+
+    def run(bench: Bench, peer: Peer) -> dict[str, Any]:
+        url = peer.url + "/tiny"
+        h2load(url, h1=peer.h1, clients=1, requests=200)  # warm: upstream connection, caches
+        log_file = bench.tmp / f"latency-{peer.name}.tsv"
+        summary = h2load(url, h1=peer.h1, clients=1, requests=requests, log_file=log_file)
+        figures = latency_from_log(log_file)
+        figures["req_per_s"] = summary["req_per_s"]
+        figures["failed"] = summary.get("requests_failed", 0) + summary.get("requests_errored", 0)
+        return figures
+
+    figures, errors = _each_peer(bench, "latency_1", bench.peers, run)
+    for base in ("direct", "direct-h1"):
+        if base not in figures:
+            continue
+        for peer_figures in figures.values():
+            for key in ("mean_us", "p99_us"):
+                peer_figures[f"added_{key}_over_{base}"] = peer_figures[key] - figures[base][key]
+    return {
+        "params": {"clients": 1, "requests": requests, "path": "/tiny"},
+        "peers": figures,
+        "errors": errors,
+    }
+
+
+# 3. 16 MiB download and upload --------------------------------------------------------------
+
+
+def transfer_16m(bench: Bench) -> dict[str, Any]:
+    repeats = 3 if bench.quick else 5
+    upload_file = bench.tmp / "upload-16m"
+    if not upload_file.exists():
+        upload_file.write_bytes(bytes(range(256)) * (BIG_SIZE // 256))
+
+    def run(bench: Bench, peer: Peer) -> dict[str, Any]:
+        ca = None if peer.h1 else bench.origin.ca_path
+        downs, ups = [], []
+        for _ in range(repeats):
+            down = curl_transfer(peer.url + "/16m", upload=None, ca_file=ca)
+            _check_transfer(down, lambda r: r["bytes"] == BIG_SIZE)
+            downs.append(down["seconds"])
+            up = curl_transfer(peer.url + "/upload", upload=upload_file, ca_file=ca)
+            _check_transfer(up, lambda r: _uploaded_whole(r["body"]))
+            ups.append(up["seconds"])
+        return {
+            "download_mb_per_s": BIG_SIZE / statistics.median(downs) / MB,
+            "upload_mb_per_s": BIG_SIZE / statistics.median(ups) / MB,
+            "download_best_mb_per_s": BIG_SIZE / min(downs) / MB,
+            "upload_best_mb_per_s": BIG_SIZE / min(ups) / MB,
+            "download_seconds": downs,
+            "upload_seconds": ups,
+        }
+
+    figures, errors = _each_peer(bench, "transfer_16m", bench.peers, run)
+    params = {"bytes": BIG_SIZE, "repeats": repeats, "statistic": "median", "client": "curl"}
+    return {"params": params, "peers": figures, "errors": errors}
+
+
+def _uploaded_whole(body: str) -> bool:
+    # nginx answers "ok $request_length": the head plus every byte of the body.
+    parts = body.split()
+    return len(parts) == 2 and parts[0] == "ok" and int(parts[1]) >= BIG_SIZE
+
+
+def _check_transfer(result: dict[str, Any], body_ok: Callable[[dict[str, Any]], bool]) -> None:
+    if result["status"] != 200 or not body_ok(result):
+        raise BenchError(f"bad 16 MiB transfer: {result}")
+
+
+# 4./5. N requests in flight for T seconds -------------------------------------------------
+
+
+def inflight(bench: Bench, n: int, seconds: int) -> dict[str, Any]:
+    params = {"n": n, "seconds": seconds, "h2ping_ping_interval": "1s", "rss": "VmRSS, tree"}
+    _, nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
+    proxies = [name for name in bench.peers if not name.startswith("direct")]
+    if n + 1000 > nofile:
+        reason = (
+            f"skipped: {n} in flight needs RLIMIT_NOFILE > {n + 1000} in the proxy process, "
+            f"the hard limit here is {nofile} (raising it needs CAP_SYS_RESOURCE)"
+        )
+        print(f"  inflight {n}: {reason}", flush=True)
+        return {"params": params, "peers": {}, "errors": dict.fromkeys(proxies, reason)}
+
+    def run(bench: Bench, peer: Peer) -> dict[str, Any]:
+        return _inflight_one(bench, peer, n, seconds, nofile)
+
+    # The ping interval only applies to h2ping; the other peers ignore the argument.
+    figures, errors = _each_peer(bench, f"inflight_{n}", proxies, run, ping_interval="1s")
+    for name, peer_figures in figures.items():
+        _add_ping_rate(peer_figures, name)
+    return {"params": params, "peers": figures, "errors": errors}
+
+
+def _inflight_one(bench: Bench, peer: Peer, n: int, seconds: int, nofile: int) -> dict[str, Any]:
+    assert peer.proc is not None
+    pid = peer.proc.pid
+    ready_at = time.time()
+    h2load(peer.url + "/tiny", h1=True, clients=1, requests=50)  # warm: upstream connection
+    time.sleep(1.0)
+    idle_kib = tree_rss_kib(pid)
+    timeout = seconds + max(30, seconds)
+    clients = _start_clients(bench, peer, n, seconds, timeout, nofile)
+    samples: list[tuple[float, int]] = []
+    deadline = time.monotonic() + timeout + 120
+    while any(c.popen.poll() is None for c in clients):
+        if time.monotonic() > deadline:
+            raise BenchError("in-flight client did not finish")
+        samples.append((time.time(), tree_rss_kib(pid)))
+        time.sleep(0.25)
+    report = _merge_client_reports([c.log_path.read_text() for c in clients])
+    for client in clients:
+        bench.procs.stop(client)
+    peak_kib = _window_peak(samples, report)
+    return {
+        **report,
+        "zero_failures": report["ok"] == n and not report["failures"],
+        "rss_idle_kib": idle_kib,
+        "rss_peak_kib": peak_kib,
+        "rss_per_request_kib": (peak_kib - idle_kib) / n,
+        "ready_at": ready_at,
+        "stopping_at": time.time(),
+    }
+
+
+def _start_clients(bench: Bench, peer: Peer, n: int, seconds: int, timeout: float, nofile: int):
+    # One client process holds at most nofile - 1000 sockets; split beyond that.
+    count = math.ceil(n / (nofile - 1000))
+    port = peer.url.rsplit(":", 1)[1]
+    clients = []
+    for index in range(count):
+        share = n // count + (index < n % count)
+        argv = [sys.executable, str(BENCH_DIR / "inflight_client.py"), "--port", port]
+        argv += ["--n", str(share), "--path", f"/delay?ms={seconds * 1000}"]
+        argv += ["--timeout", str(timeout), "--source-ips", str(math.ceil(share / 20000))]
+        name = f"inflight-client-{peer.name}-{index}"
+        clients.append(bench.procs.start(name, argv, cpu=LOAD_CPU))
+    return clients
+
+
+def _merge_client_reports(outputs: list[str]) -> dict[str, Any]:
+    reports = []
+    for text in outputs:
+        lines = [line for line in text.splitlines() if line.startswith("{")]
+        if not lines:
+            raise BenchError("in-flight client printed no report:\n" + text[-800:])
+        reports.append(json.loads(lines[-1]))
+    failures: dict[str, int] = {}
+    for report in reports:
+        for reason, count in report["failures"].items():
+            failures[reason] = failures.get(reason, 0) + count
+    sent = [r["all_sent_at"] for r in reports]
+    first = [r["first_done_at"] for r in reports if r["first_done_at"]]
+    return {
+        "ok": sum(r["ok"] for r in reports),
+        "failures": failures,
+        "all_sent_at": max(sent) if all(sent) else None,
+        "first_done_at": min(first) if first else None,
+        "connect_seconds": (max(sent) - min(r["started_at"] for r in reports))
+        if all(sent)
+        else None,
+        "client_min_s": min((r["min_s"] for r in reports if r["min_s"]), default=None),
+        "client_max_s": max((r["max_s"] for r in reports if r["max_s"]), default=None),
+    }
+
+
+def _window_peak(samples: list[tuple[float, int]], report: dict[str, Any]) -> int:
+    """Peak RSS while everything was in flight (all sent, none answered yet)."""
+    start = report["all_sent_at"] or 0.0
+    end = report["first_done_at"] or float("inf")
+    window = [rss for at, rss in samples if start <= at <= end]
+    return max(window or [rss for _, rss in samples] or [0])
+
+
+def _add_ping_rate(figures: dict[str, Any], name: str) -> None:
+    summary = figures.get("proxy_summary", {})
+    lag = [v for k, v in summary.items() if "lag" in k]
+    figures["loop_lag"] = lag[0] if lag else "n/a"
+    if name != "h2ping" or "pings_sent" not in summary:
+        figures["pings_per_s"] = None
+        return
+    lifetime = figures["stopping_at"] - figures["ready_at"]
+    figures["pings_sent"] = int(summary["pings_sent"])
+    figures["pings_per_s"] = figures["pings_sent"] / lifetime
+    figures["ping_window_s"] = lifetime
