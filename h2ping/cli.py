@@ -1,7 +1,9 @@
 """``python -m h2ping``: flags, logging, signals and exit codes around a :class:`Proxy`.
 
 Exit codes: 0 after a clean shutdown, 1 on a fatal runtime error (the port is
-taken, say), 2 for a bad flag or value.
+taken, say, or a bug of ours; the last log line says which), 2 for a bad flag or
+value. Installed twice: as ``h2ping`` and as ``h2-ping-sidecar``, the Go binary's
+name, so launchers configured with that path run this unchanged.
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ import errno
 import logging
 import os
 import signal
+import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
+from .admin import AdminListenError
 from .config import Config
 from .flags import FlagError, HelpRequested, help_text, parse_args
+from .logs import setup_logging
 from .proxy import Proxy
 
 log = logging.getLogger("h2ping")
@@ -24,40 +30,17 @@ log = logging.getLogger("h2ping")
 _GO_RUNTIME_ENV = ("GOMEMLIMIT", "GOMAXPROCS")
 
 
-def setup_logging(config: Config) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        logging.Formatter(f"%(asctime)s %(levelname)s h2ping {config.instance_name}: %(message)s")
-    )
-    root = logging.getLogger("h2ping")
-    root.handlers[:] = [handler]
-    root.setLevel(config.log_level.upper())
-    root.propagate = False
+def _log_loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's own report of an error in a callback, through our handler and format."""
+    exc = context.get("exception")
+    log.error("unhandled error in the event loop: %s", context.get("message"), exc_info=exc)
 
 
 async def serve(config: Config) -> int:
     """Run until SIGINT/SIGTERM, then drain. Returns the process exit code."""
-    proxy = Proxy(config)
-    try:
-        await proxy.start()
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            log.error("listen %s: address already in use", config.listen)
-        else:
-            log.error("listen %s: %s", config.listen, exc.strerror or exc)
-        return 1
-    # Launchers wait for this line; the port is bound by now.
-    log.info("listening on %s -> %s", proxy.listen_address, config.upstream)
-    if not config.listen.is_loopback:
-        log.warning(
-            "listen address %s is not loopback and h2ping has no authentication: "
-            "anyone who can reach it can use your upstream",
-            config.listen,
-        )
-    if config.insecure_skip_verify:
-        log.warning("insecure-skip-verify is on: upstream TLS certificates are NOT checked")
-
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_log_loop_exception)
+    proxy = Proxy(config)
     stopping = asyncio.Event()
 
     def on_signal(signum: int) -> None:
@@ -68,17 +51,52 @@ async def serve(config: Config) -> int:
         log.info(
             "%s: draining %d in-flight requests (up to %gs)",
             signal.Signals(signum).name,
-            len(proxy.exchanges),
+            proxy.in_flight,
             config.shutdown_grace,
         )
         stopping.set()
 
+    # Before binding, so that a signal during startup still means "drain and exit 0".
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await proxy.start()
+    except ssl.SSLError as exc:  # an OSError too, but not the listener's
+        log.error("ca-file %s: %s", config.ca_file, exc.reason or exc)
+        return 1
+    except OSError as exc:
+        where = f"admin-listen {exc.address}" if isinstance(exc, AdminListenError) else None
+        where = where or f"listen {config.listen}"
+        if exc.errno == errno.EADDRINUSE:
+            log.error("%s: address already in use", where)
+        else:
+            log.error("%s: %s", where, exc.strerror or exc)
+        return 1
+    # Launchers wait for this line; the port is bound by now.
+    log.info("listening on %s -> %s", proxy.listen_address, config.upstream)
+    if proxy.admin is not None:
+        log.info("admin endpoint on %s: /healthz /readyz /metrics", proxy.admin.address)
+    if not config.listen.is_loopback:
+        log.warning(
+            "listen address %s is not loopback and h2ping has no authentication: "
+            "anyone who can reach it can use your upstream",
+            config.listen,
+        )
+    if config.insecure_skip_verify:
+        log.warning("insecure-skip-verify is on: upstream TLS certificates are NOT checked")
+
     await stopping.wait()
     await proxy.stop()
     log.info("stopped: %s", proxy.stats.summary())
     return 0
+
+
+def _run(coro: Coroutine[Any, Any, int]) -> int:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,20 +107,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = parse_args(args)
     except HelpRequested:
-        print(help_text(prog))
+        print(help_text(prog), end="")
         return 0
     except FlagError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     setup_logging(config)
-    for name in _GO_RUNTIME_ENV:
-        if os.environ.get(name):
-            log.info("%s is a Go runtime setting and is ignored here", name)
+    ignored = [name for name in _GO_RUNTIME_ENV if os.environ.get(name)]
+    if ignored:
+        log.info("ignoring %s: Go runtime settings, meaningless here", " and ".join(ignored))
     try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(serve(config))
-    return uvloop.run(serve(config))
+        return _run(serve(config))
+    except KeyboardInterrupt:  # SIGINT before serve() installed its handler: nothing to drain
+        log.info("interrupted during startup: exiting")
+        return 0
+    except Exception as exc:
+        # A bug of ours. Launchers show the tail of the log: end it with one clear line.
+        log.error("internal error", exc_info=True)
+        log.error("exiting after an unexpected error: %s: %s", type(exc).__name__, exc)
+        return 1
 
 
 if __name__ == "__main__":

@@ -175,6 +175,7 @@ def parse_upstream(text: str) -> Upstream:
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
 
 
 @dataclass(frozen=True)
@@ -191,8 +192,13 @@ class Config:
     insecure_skip_verify: bool = False
     ca_file: str | None = None
     connect_timeout: float = 10.0
+    header_timeout: float = 30.0  # a request head must arrive within this, else 408
+    client_idle_timeout: float = 600.0  # close kept-alive client connections idle this long
     name: str = ""
     log_level: str = "info"
+    log_format: str = "text"  # "json": one object per line
+    # /healthz, /readyz and /metrics; None serves none of them.
+    admin_listen: HostPort | None = None
 
     def __post_init__(self) -> None:
         for setting, value in (
@@ -201,6 +207,8 @@ class Config:
             ("shutdown-grace", self.shutdown_grace),
             ("max-conn-age", self.max_conn_age),
             ("connect-timeout", self.connect_timeout),
+            ("header-timeout", self.header_timeout),
+            ("client-idle-timeout", self.client_idle_timeout),
         ):
             if value != value or value in (float("inf"), float("-inf")):
                 raise ConfigError(setting, "must be a finite duration")
@@ -226,10 +234,16 @@ class Config:
             )
         if self.max_buffered_bytes < 0:
             raise ConfigError("max-buffered-bytes", "must not be negative (0 keeps no bodies)")
+        if self.header_timeout <= 0:
+            raise ConfigError("header-timeout", "must be greater than 0")
+        if self.client_idle_timeout <= 0:
+            raise ConfigError("client-idle-timeout", "must be greater than 0")
         if self.connect_timeout <= 0:
             raise ConfigError("connect-timeout", "must be greater than 0")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError("log-level", f"must be one of {', '.join(LOG_LEVELS)}")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError("log-format", f"must be one of {', '.join(LOG_FORMATS)}")
 
     @property
     def instance_name(self) -> str:

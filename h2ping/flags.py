@@ -20,6 +20,7 @@ from .config import (
     LOG_LEVELS,
     Config,
     ConfigError,
+    HostPort,
     format_duration,
     parse_duration,
     parse_listen,
@@ -78,6 +79,10 @@ def _parse_file(text: str) -> str | None:
     return text
 
 
+def _parse_admin_listen(text: str) -> HostPort | None:
+    return parse_listen(text) if text else None  # empty: no admin endpoint, as by default
+
+
 @dataclass(frozen=True)
 class _Flag:
     name: str  # Go spelling, also the ConfigError setting name
@@ -100,33 +105,42 @@ class _Flag:
         return self.parse is _parse_bool
 
 
-_GROUPS = ("Required", "Listener", "Upstream", "Liveness", "Lifecycle", "Logging")
+_GROUPS = ("Required", "Listener", "Upstream", "Liveness", "Lifecycle", "Logging", "Admin")
 _DUR = parse_duration
+# Help texts stay short enough for one line of at most 100 columns, default included.
 _FLAGS: tuple[_Flag, ...] = (
     _Flag("upstream", "Required", parse_upstream, "URL",
-          "origin to forward to: https://host[:port] (TLS) or http://host[:port] (h2c)"),
+          "https://host[:port] to forward to; http:// means h2c"),
     _Flag("listen", "Listener", parse_listen, "host:port",
-          "address for HTTP/1.1 clients; [v6]:port for IPv6, :port for all interfaces"),
+          "where HTTP/1.1 clients connect"),
+    _Flag("header-timeout", "Listener", _DUR, "duration",
+          "a request head must arrive within this, else 408"),
+    _Flag("client-idle-timeout", "Listener", _DUR, "duration",
+          "close a kept-alive client connection idle this long"),
     _Flag("connect-timeout", "Upstream", _DUR, "duration",
-          "limit for connecting to the upstream, TLS handshake included"),
+          "limit for TCP + TLS + HTTP/2 setup"),
     _Flag("ca-file", "Upstream", _parse_file, "path",
-          "PEM file of CA certificates to verify the upstream with", "system roots"),
+          "also trust the CA certificates in this PEM file", "none"),
     _Flag("insecure-skip-verify", "Upstream", _parse_bool, "",
-          "do not verify the upstream's TLS certificate; for testing only"),
+          "skip the upstream's certificate checks; tests only"),
     _Flag("ping-interval", "Liveness", _DUR, "duration",
-          "send a PING after this long with nothing read; below 340s, 0 disables"),
+          "PING after this much silence; <340s, 0 disables"),
     _Flag("ping-timeout", "Liveness", _DUR, "duration",
-          "drop a connection when nothing at all arrives this long after a PING"),
+          "a connection silent this long after a PING is dead"),
     _Flag("max-conn-age", "Lifecycle", _DUR, "duration",
-          "open a fresh connection once one is this old; below 1h, 0s disables"),
+          "retire a connection near this age; <1h, 0s disables"),
     _Flag("shutdown-grace", "Lifecycle", _DUR, "duration",
-          "on shutdown, how long in-flight requests may still finish"),
+          "time in-flight requests get to finish on SIGTERM"),
     _Flag("retry-body-limit", "Lifecycle", _parse_int, "bytes",
-          "request bodies up to this many bytes are kept for a retry; 0 disables"),
+          "replay bodies up to this many bytes; 0 disables"),
     _Flag("max-buffered-bytes", "Lifecycle", _parse_int, "bytes",
-          "cap on all kept request bodies together; beyond it bodies stream unkept"),
-    _Flag("log-level", "Logging", str, "level", "one of " + ", ".join(LOG_LEVELS)),
-    _Flag("name", "Logging", str, "string", "name of this proxy in logs", "upstream host"),
+          "cap on all bodies kept for replay, together"),
+    _Flag("log-level", "Logging", str, "level",
+          ", ".join(LOG_LEVELS[:-1]) + " or " + LOG_LEVELS[-1]),
+    _Flag("log-format", "Logging", str, "format", "text, or json for one object per line"),
+    _Flag("name", "Logging", str, "string", "instance name in log lines", "upstream host"),
+    _Flag("admin-listen", "Admin", _parse_admin_listen, "host:port",
+          "serve /healthz, /readyz and /metrics here", "off"),
 )  # fmt: skip
 _BY_NAME = {f.name: f for f in _FLAGS}
 
@@ -214,7 +228,7 @@ def help_text(prog: str) -> str:
         "Forwards HTTP/1.1 requests over HTTP/2 and keeps quiet connections alive with PINGs.",
         "Flags may be written -flag value, -flag=value, --flag value or --flag=value.",
         f"Each flag can also be set as {ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PING_INTERVAL=30s);",
-        "flags win over the environment.",
+        "flags win over the environment. GOMEMLIMIT and GOMAXPROCS are accepted and ignored.",
     ]
     usages = {f.name: f"-{f.name} {f.metavar}".rstrip() for f in _FLAGS}
     width = max(map(len, usages.values())) + 2

@@ -13,13 +13,17 @@ import logging
 import ssl
 from typing import Any
 
+from .admin import AdminServer
 from .config import Config, parse_listen, parse_upstream
+from .errors import UpstreamError
 from .exchange import Exchange
-from .listener import ClientConnection, Request, ResponseWriter
+from .http1 import Request, ResponseWriter
+from .listener import ClientConnection, ListenerLimits
 from .pool import Pool
 from .retry import RetryBudget
 from .sockets import raise_nofile_limit
 from .stats import Stats
+from .upstream import ConnState
 
 log = logging.getLogger("h2ping")
 
@@ -43,13 +47,14 @@ class Proxy:
         ssl_context: ssl.SSLContext | None = None,
         **settings: Any,
     ) -> None:
-        """Build from a :class:`Config`, or from its fields as keywords; ``listen``
-        and ``upstream`` may be given as strings."""
+        """Build from a :class:`Config`, or from its fields as keywords; ``listen``,
+        ``admin_listen`` and ``upstream`` may be given as strings."""
         if config is None:
             if isinstance(settings.get("upstream"), str):
                 settings["upstream"] = parse_upstream(settings["upstream"])
-            if isinstance(settings.get("listen"), str):
-                settings["listen"] = parse_listen(settings["listen"])
+            for key in ("listen", "admin_listen"):
+                if isinstance(settings.get(key), str):
+                    settings[key] = parse_listen(settings[key])
             config = Config(**settings)
         elif settings:
             config = config.replace(**settings)
@@ -61,6 +66,7 @@ class Proxy:
         self._ssl_context = ssl_context
         self._server: asyncio.Server | None = None
         self.pool: Pool | None = None  # type: ignore[assignment]
+        self.admin: AdminServer | None = None  # with config.admin_listen, once started
         self.port = 0
 
     @property
@@ -96,14 +102,43 @@ class Proxy:
             context = make_ssl_context(config)
         self.pool = Pool(config, context, self.stats)
         loop = asyncio.get_running_loop()
+        limits = ListenerLimits(config.header_timeout, config.client_idle_timeout)
         self._server = await loop.create_server(
-            lambda: ClientConnection(self._new_exchange, self.clients, self.stats),
+            lambda: ClientConnection(self._new_exchange, self.clients, self.stats, limits),
             config.listen.host,
             config.listen.port,
             reuse_address=True,
             backlog=4096,
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        if config.admin_listen is not None:
+            admin = AdminServer(self, config.admin_listen)
+            try:
+                await admin.start()  # raises AdminListenError, an OSError
+            except OSError:
+                self._server.close()
+                raise
+            self.admin = admin
+
+    async def readiness(self, timeout: float) -> str | None:
+        """None if requests can be forwarded now, else why not: for ``/readyz``.
+
+        Ready means listening, and an upstream connection is open or one opens
+        within ``timeout`` (it then stays in the pool for the next request).
+        """
+        if self._server is None or not self._server.is_serving() or self.pool is None:
+            return "not listening"
+        if any(conn.state is ConnState.OPEN for conn in self.pool.connections):
+            return None
+        try:
+            async with asyncio.timeout(timeout):
+                conn = await self.pool.acquire()
+        except TimeoutError:
+            return f"no upstream connection within {timeout:g}s"
+        except UpstreamError as exc:
+            return f"upstream: {exc}"
+        conn.release_reservation()
+        return None
 
     def _new_exchange(self, request: Request, writer: ResponseWriter) -> Exchange:
         self.stats.requests += 1
@@ -136,6 +171,8 @@ class Proxy:
             exchange.cancel()
         if self.pool is not None:
             self.pool.close()
+        if self.admin is not None:
+            await self.admin.stop()
         # Let cancelled tasks and closing transports run their last steps.
         await asyncio.sleep(0)
         await asyncio.sleep(0)

@@ -366,6 +366,84 @@ def test_env_applies_every_setting(tmp_path: Path) -> None:
     )
 
 
+Sample = tuple[str, object]  # a raw value and what it parses to
+
+
+def _samples(field: dataclasses.Field, tmp_path: Path) -> tuple[Sample, Sample]:
+    """Two different valid values of a setting: one for its variable, one for its flag."""
+    env_ca, flag_ca = str(tmp_path / "env.pem"), str(tmp_path / "flag.pem")
+    special: dict[str, tuple[Sample, Sample]] = {
+        "upstream": (
+            ("http://envhost:81", Upstream("http", "envhost", 81)),
+            ("https://flaghost", Upstream("https", "flaghost", 443)),
+        ),
+        "listen": (("127.0.0.9:7", HostPort("127.0.0.9", 7)), (":8", HostPort("0.0.0.0", 8))),
+        "admin_listen": (("127.0.0.8:9", HostPort("127.0.0.8", 9)), ("", None)),
+        "ca_file": ((env_ca, env_ca), (flag_ca, flag_ca)),
+        "log_level": (("error", "error"), ("debug", "debug")),
+        "log_format": (("json", "json"), ("text", "text")),
+        "name": (("envname", "envname"), ("flagname", "flagname")),
+    }
+    if field.name in special:
+        return special[field.name]
+    if isinstance(field.default, bool):
+        return ("true", True), ("false", False)
+    if isinstance(field.default, int):
+        return ("7", 7), ("8", 8)
+    if isinstance(field.default, float):
+        return ("7s", 7.0), ("1m30s", 90.0)
+    raise AssertionError(f"no sample values for the new setting {field.name}: add them here")
+
+
+def test_every_setting_has_a_variable_and_a_flag_wins(tmp_path: Path) -> None:
+    (tmp_path / "env.pem").write_text("x")
+    (tmp_path / "flag.pem").write_text("x")
+    for field in dataclasses.fields(Config):
+        (env_raw, env_value), (flag_raw, flag_value) = _samples(field, tmp_path)
+        env = {"H2PING_UPSTREAM": "https://api.example.com"}
+        env[f"H2PING_{field.name.upper()}"] = env_raw
+        assert getattr(parse(env=env), field.name) == env_value, field.name
+        flag = f"-{field.name.replace('_', '-')}={flag_raw}"
+        assert getattr(parse(flag, env=env), field.name) == flag_value, field.name
+
+
+def test_admin_listen() -> None:
+    assert parse(*UP).admin_listen is None
+    assert parse(*UP, "-admin-listen", "127.0.0.1:9901").admin_listen == HostPort("127.0.0.1", 9901)
+    assert parse(*UP, "--admin-listen=:0").admin_listen == HostPort("0.0.0.0", 0)
+    assert parse(*UP, "-admin-listen=", env={"H2PING_ADMIN_LISTEN": ":1"}).admin_listen is None
+    assert error(*UP, "-admin-listen", "9901").startswith('-admin-listen: invalid address "9901"')
+
+
+def test_log_format() -> None:
+    assert parse(*UP).log_format == "text"
+    assert parse(*UP, "-log-format", "json").log_format == "json"
+    assert error(*UP, "-log-format=JSON") == "-log-format: must be one of text, json"
+    assert error(*UP, env={"H2PING_LOG_FORMAT": "xml"}) == (
+        "H2PING_LOG_FORMAT: must be one of text, json"
+    )
+
+
+def test_the_go_launchers_command_line() -> None:
+    """Exactly what the framework passes to the Go binary."""
+    cfg = parse(
+        "-listen", "127.0.0.1:1250", "-upstream", "https://h", "-ping-interval", "60s",
+        "-ping-timeout", "15s", "-shutdown-grace", "60s", "-retry-body-limit", "16777216",
+        "-max-conn-age", "50m", "-insecure-skip-verify",
+        env={"GOMEMLIMIT": "4GiB", "GOMAXPROCS": "2"},
+    )  # fmt: skip
+    assert cfg == Config(
+        upstream=Upstream("https", "h", 443),
+        listen=HostPort("127.0.0.1", 1250),
+        ping_interval=60,
+        ping_timeout=15,
+        shutdown_grace=60,
+        retry_body_limit=16777216,
+        max_conn_age=3000,
+        insecure_skip_verify=True,
+    )
+
+
 def test_flags_override_env() -> None:
     env = {"H2PING_PING_INTERVAL": "30s", "H2PING_UPSTREAM": "https://env", "H2PING_NAME": "e"}
     cfg = parse("-ping-interval=10s", "--upstream", "https://flag", env=env)
@@ -415,10 +493,8 @@ def test_defaults_equal_config_defaults() -> None:
     assert (cfg.instance_name, cfg.log_level) == ("api.example.com", "info")
 
 
-FLAG_NAMES = [
-    "upstream", "listen", "ping-interval", "ping-timeout", "shutdown-grace", "max-conn-age",
-    "connect-timeout", "retry-body-limit", "insecure-skip-verify", "ca-file", "name", "log-level",
-]  # fmt: skip
+# Every setting of Config is a flag: one spelled like the field, dashes for underscores.
+FLAG_NAMES = [f.name.replace("_", "-") for f in dataclasses.fields(Config)]
 
 
 def test_help_lists_every_flag_with_default() -> None:
@@ -444,9 +520,22 @@ def test_help_lists_every_flag_with_default() -> None:
     assert "(default 1m0s)" in text and "(default 50m0s)" in text
 
 
+def test_help_is_one_line_per_flag_within_100_columns() -> None:
+    lines = help_text("python -m h2ping").splitlines()
+    flag_lines = [ln for ln in lines if ln.startswith("  -")]
+    assert sorted(ln.split()[0] for ln in flag_lines) == sorted(f"-{n}" for n in FLAG_NAMES)
+    for line in lines:
+        assert len(line) <= 100, line
+    # Help texts start in one column, so the list reads as a table.
+    starts = {len(ln) - len(ln[2:].split("  ", 1)[1].lstrip()) for ln in flag_lines}
+    assert len(starts) == 1, starts
+
+
 def test_help_groups_in_order() -> None:
     lines = help_text("h2ping").splitlines()
-    headings = ["Required:", "Listener:", "Upstream:", "Liveness:", "Lifecycle:", "Logging:"]
+    headings = [
+        "Required:", "Listener:", "Upstream:", "Liveness:", "Lifecycle:", "Logging:", "Admin:"
+    ]  # fmt: skip
     positions = [lines.index(h) for h in headings]
     assert positions == sorted(positions)
     upstream_line = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("-upstream "))

@@ -1,0 +1,69 @@
+"""The pytest plugin that installing h2ping registers: its entry point, its fixture, and
+the README's example test run in a fresh pytest process as a user's project would."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from h2ping import Proxy
+from h2ping.pytest_plugin import ProxyFactory
+from h2ping.testing import ScriptedUpstream
+
+pytest_plugins = ["pytester"]
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_example() -> str:
+    """The README's example test: the python block that uses the fixture."""
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
+    [example] = [b for b in blocks if "h2ping_proxy_factory" in b and "def test_" in b]
+    return example
+
+
+def test_entry_point_is_registered() -> None:
+    [entry] = [ep for ep in entry_points(group="pytest11") if ep.name == "h2ping"]
+    assert entry.value == "h2ping.pytest_plugin"
+    assert callable(entry.load().h2ping_proxy_factory)
+
+
+def test_readme_example_passes_in_a_users_project(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_readme_example=readme_example())
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_the_fixture_comes_from_the_plugin(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_readme_example=readme_example())
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:h2ping")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*fixture 'h2ping_proxy_factory' not found*"])
+
+
+async def test_factory_runs_and_stops_a_proxy(
+    h2ping_proxy_factory: ProxyFactory, session: aiohttp.ClientSession
+) -> None:
+    async with ScriptedUpstream() as upstream:
+        async with h2ping_proxy_factory(upstream, name="in-test") as proxy:
+            assert isinstance(proxy, Proxy)
+            assert proxy.config.name == "in-test"
+            assert proxy.url == f"http://127.0.0.1:{proxy.port}"
+            async with session.put(f"{proxy.url}/echo", data=b"abc") as resp:
+                assert resp.status == 200
+                assert await resp.read() == b"abc"
+                assert resp.headers["x-echo-method"] == "PUT"
+            assert proxy.stats.requests == 1
+        port = proxy.port
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            pass
+        else:
+            writer.close()
+            raise AssertionError("proxy still accepting after its block ended")
