@@ -206,7 +206,6 @@ class Metrics:
 
     def __init__(self, proxy: Proxy) -> None:
         self._proxy = proxy
-        self._ok = 0
 
     def render(self) -> str:
         proxy = self._proxy
@@ -232,13 +231,8 @@ class Metrics:
             [("{" + ",".join(f'{k}="{_escape(v)}"' for k, v in info.items()) + "}", 1)],
         )
         in_flight = proxy.in_flight
-        # Every request either is in flight or ended with exactly one outcome. "ok" is
-        # what is left; it can dip for an instant while a cancelled request is still
-        # being torn down, and a counter must never go down, so it is held at its peak.
-        ended = stats.failed + stats.aborted + stats.cancelled
-        self._ok = max(self._ok, stats.requests - in_flight - ended)
         outcomes = {
-            "ok": self._ok,
+            "ok": stats.completed,
             "failed": stats.failed,
             "aborted": stats.aborted,
             "cancelled": stats.cancelled,

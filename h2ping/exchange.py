@@ -61,6 +61,7 @@ class Exchange:
         "_unsent_bytes",
         "_writer",
         "conn_id",
+        "stream_id",
     )
 
     def __init__(self, proxy: Proxy, request: Request, writer: ResponseWriter) -> None:
@@ -80,7 +81,8 @@ class Exchange:
         self._unreplayable_reason = ""
         self._unacked = 0  # response bytes written to the client, credit not yet returned
         self._attempt = 0
-        self.conn_id = 0
+        self.conn_id = 0  # 0 until a connection is chosen
+        self.stream_id = 0
 
     # ----------------------------------------------------------------- listener side
 
@@ -149,6 +151,7 @@ class Exchange:
 
     def on_end(self) -> None:
         self._stream = None
+        self._proxy.stats.completed += 1
         self._writer.end()
         if self._done is not None and not self._done.done():
             self._done.set_result(None)
@@ -181,9 +184,8 @@ class Exchange:
                     self._attempt += 1
                     proxy.stats.replays += 1
                     log.info(
-                        "%s conn=%d: replaying (%s), attempt %d",
-                        request.describe(),
-                        self.conn_id,
+                        "%s: replaying (%s), attempt %d",
+                        self._where(),
                         exc.detail,
                         self._attempt + 1,
                     )
@@ -209,6 +211,7 @@ class Exchange:
         end_now = self._body_ended and not any(body)
         stream = conn.open_stream(fields, self, end_stream=end_now)
         self._stream = stream
+        self.stream_id = stream.stream_id
         if self._request.expect_continue and not self._body_ended:
             self._writer.send_continue()
         for chunk in body:
@@ -221,6 +224,15 @@ class Exchange:
             self._writer.resume_reading()
         await self._done
 
+    def _where(self) -> str:
+        """``METHOD /path conn=N stream=M`` for log lines (what is known so far)."""
+        where = self._request.describe()
+        if self.conn_id:
+            where += f" conn={self.conn_id}"
+        if self.stream_id:
+            where += f" stream={self.stream_id}"
+        return where
+
     def _may_replay(self, error: UpstreamError) -> bool:
         return (
             error.retryable
@@ -230,14 +242,8 @@ class Exchange:
         )
 
     def _fail(self, error: UpstreamError) -> None:
-        request = self._request
         if self._writer.started:
-            log.warning(
-                "%s conn=%d: response aborted after headers: %s",
-                request.describe(),
-                self.conn_id,
-                error,
-            )
+            log.warning("%s: response aborted after headers: %s", self._where(), error)
             self._proxy.stats.aborted += 1
             self._writer.abort()
             return
@@ -250,7 +256,7 @@ class Exchange:
             error = UpstreamError(
                 error.error, f"{error.detail}; gave up after {self._attempt} replays"
             )
-        log.warning("%s conn=%d: 502 %s", request.describe(), self.conn_id, error)
+        log.warning("%s: 502 %s", self._where(), error)
         self._proxy.stats.failed += 1
         self._proxy.stats.count_response(502)
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))

@@ -37,6 +37,7 @@ class Histogram:
 @dataclasses.dataclass
 class Stats:
     requests: int = 0
+    completed: int = 0  # the upstream's response reached the client whole
     failed: int = 0  # answered with a 502
     aborted: int = 0  # client connection cut after response headers
     cancelled: int = 0  # the client went away first

@@ -89,7 +89,7 @@ async def test_process_logs_json_lines(session: aiohttp.ClientSession) -> None:
         assert obj["instance"] == "judge"
     events = [obj["event"] for obj in lines]
     assert events[0].startswith(f"listening on 127.0.0.1:{port} -> https://127.0.0.1:")
-    assert events[-1].startswith("stopped: requests=1 failed=1")
+    assert events[-1].startswith("stopped: requests=1 completed=0 failed=1")
     [connect] = [obj for obj in lines if "connect to" in obj["event"]]
     assert (connect["level"], connect["conn"]) == ("WARNING", 1)
     [failed] = [obj for obj in lines if obj["event"].startswith("GET /v1/models")]
