@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from hpack import NeverIndexedHeaderTuple
+
 from .config import Upstream
 
 Header = tuple[bytes, bytes]
@@ -30,6 +32,11 @@ HOP_BY_HOP: frozenset[bytes] = frozenset(
         b"http2-settings",
     }
 )
+
+#: Kept out of HPACK's dynamic table so compression cannot reveal them (as h2 and
+#: nghttp2 do): credentials, and cookies short enough to guess.
+_NEVER_INDEXED: frozenset[bytes] = frozenset({b"authorization", b"proxy-authorization"})
+_SHORT_COOKIE = 20
 
 #: Response fields HTTP/2 forbids; a peer that sends them anyway is not obeyed.
 _RESPONSE_CONNECTION_FIELDS: frozenset[bytes] = frozenset(
@@ -67,7 +74,14 @@ def request_path(target: bytes) -> bytes:
 def request_headers(
     method: bytes, target: bytes, headers: list[Header], upstream: Upstream
 ) -> list[Header]:
-    """Map a parsed HTTP/1.1 request head to an HTTP/2 header list."""
+    """Map a parsed HTTP/1.1 request head to an HTTP/2 header list.
+
+    The result is sent without h2's own validation and normalization (they cost a
+    large share of the CPU per request), so it must already be what they would
+    produce: names lowercase tokens (llhttp has checked the token syntax), values
+    free of CR, LF and NUL (also llhttp's check) and of surrounding whitespace,
+    no connection-specific fields, credentials marked never-indexed.
+    """
     dropped = _connection_tokens(headers)
     out: list[Header] = [
         (b":method", method),
@@ -84,7 +98,13 @@ def request_headers(
             continue
         if lname in HOP_BY_HOP or lname in dropped:
             continue
-        out.append((lname, value))
+        # llhttp drops leading whitespace but keeps trailing (RFC 9110 5.5: not
+        # part of the value).
+        value = value.rstrip(b" \t")
+        if lname in _NEVER_INDEXED or (lname == b"cookie" and len(value) < _SHORT_COOKIE):
+            out.append(NeverIndexedHeaderTuple(lname, value))
+        else:
+            out.append((lname, value))
     return out
 
 

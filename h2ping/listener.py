@@ -86,6 +86,8 @@ class ClientConnection(asyncio.Protocol):
         self._reading_paused = False
         self.write_paused = False
         self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
+        self._on_deadline: Callable[[], None] | None = None
         # Parse state of the request being read.
         self._url = b""
         self._headers: list[Header] = []
@@ -149,7 +151,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
-        self._cancel_timer()
+        self._stop_timer()
         self._registry.discard(self)
         self._out.clear()
         pending, self._pending = self._pending, deque()
@@ -252,27 +254,50 @@ class ClientConnection(asyncio.Protocol):
             self.data_received(rest)
 
     # ----------------------------------------------------------------- timers
+    #
+    # One lazy deadline per connection: setting or clearing it costs no timer
+    # operation; the single timer re-arms itself when it fires before the deadline.
 
     def _arm_timer(self, delay: float, callback: Callable[[], None]) -> None:
-        self._cancel_timer()
-        if delay > 0 and not self._closing:
-            self._timer = asyncio.get_running_loop().call_later(delay, callback)
+        if self._closing:
+            return
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.time() + delay
+        self._on_deadline = callback
+        if self._timer is not None and self._timer.when() > self._deadline:
+            self._timer.cancel()  # an earlier deadline than the one armed
+            self._timer = None
+        if self._timer is None:
+            self._timer = loop.call_at(self._deadline, self._on_timer)
 
     def _cancel_timer(self) -> None:
+        self._on_deadline = None
+
+    def _stop_timer(self) -> None:
+        self._on_deadline = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _on_header_timeout(self) -> None:
+    def _on_timer(self) -> None:
         self._timer = None
-        if self._in_head or not self._pending:
-            if self._in_head:
-                self._reject(408, "request head not received in time")
-            else:
-                self.close()  # connected but never sent a byte
+        callback = self._on_deadline
+        if callback is None or self._closing:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._deadline:
+            self._timer = loop.call_at(self._deadline, self._on_timer)
+            return
+        self._on_deadline = None
+        callback()
+
+    def _on_header_timeout(self) -> None:
+        if self._in_head:
+            self._reject(408, "request head not received in time")
+        elif not self._pending:
+            self.close()  # connected but never sent a byte
 
     def _on_idle_timeout(self) -> None:
-        self._timer = None
         if self.idle:
             log.debug(
                 "closing a kept-alive client connection idle for %gs", self._limits.idle_timeout
@@ -328,13 +353,13 @@ class ClientConnection(asyncio.Protocol):
         if self._transport is None or self._closing:
             return
         self._closing = True
-        self._cancel_timer()
+        self._stop_timer()
         self._flush()
         self._transport.close()
 
     def abort(self) -> None:
         self._closing = True
-        self._cancel_timer()
+        self._stop_timer()
         self._out.clear()
         if self._transport is not None:
             self._transport.abort()

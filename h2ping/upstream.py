@@ -164,7 +164,13 @@ class UpstreamConnection(asyncio.Protocol):
         self.age_limit = random.uniform(0.9, 1.0) * config.max_conn_age
         self._on_age = on_age
         self._age_timer: asyncio.TimerHandle | None = None
-        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        # headers.request_headers produces what h2's outbound checks would: skip them.
+        config = h2.config.H2Configuration(
+            client_side=True,
+            header_encoding=None,
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
         self._h2 = h2.connection.H2Connection(config=config)
 
     # ----------------------------------------------------------------- capacity

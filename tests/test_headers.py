@@ -1,0 +1,121 @@
+"""Header mapping (h1 -> h2). h2ping skips h2's outbound validation and
+normalization for speed, so the mapping must already produce what they would:
+checked here against h2's own functions for any head llhttp accepts."""
+
+from __future__ import annotations
+
+import httptools
+from h2.utilities import (
+    HeaderValidationFlags,
+    normalize_outbound_headers,
+    validate_outbound_headers,
+)
+from hpack import NeverIndexedHeaderTuple
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from h2ping.config import parse_upstream
+from h2ping.headers import request_headers, request_path, response_head
+
+UPSTREAM = parse_upstream("https://api.example.com")
+FLAGS = HeaderValidationFlags(
+    is_client=True, is_trailer=False, is_response_header=False, is_push_promise=False
+)
+
+TOKEN_CHARS = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+SPECIAL_NAMES = [
+    "Authorization", "proxy-authorization", "Cookie", "Connection", "TE", "Host",
+    "Upgrade", "Keep-Alive", "Transfer-Encoding", "Expect", "HTTP2-Settings", "X-Hop",
+]  # fmt: skip
+names = st.one_of(
+    st.sampled_from(SPECIAL_NAMES), st.text(alphabet=TOKEN_CHARS, min_size=1, max_size=20)
+)
+# Visible ASCII, obs-text, spaces and tabs anywhere (llhttp decides what it accepts).
+values = st.binary(max_size=40).map(
+    lambda b: bytes(c for c in b if c in (9, 32) or 0x21 <= c <= 0x7E or c >= 0x80)
+)
+
+
+def parse_head(raw: bytes) -> tuple[bytes, bytes, list[tuple[bytes, bytes]]] | None:
+    """What the listener would see, or None when llhttp rejects the head."""
+    seen: dict = {"headers": [], "url": b""}
+
+    class Callbacks:
+        def on_url(self, url: bytes) -> None:
+            seen["url"] += url
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            seen["headers"].append((name, value))
+
+    parser = httptools.HttpRequestParser(Callbacks())
+    try:
+        parser.feed_data(raw)
+    except httptools.HttpParserUpgrade:
+        pass
+    except httptools.HttpParserError:
+        return None
+    return parser.get_method(), seen["url"], seen["headers"]
+
+
+@settings(max_examples=300, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(names, values), max_size=12), st.sampled_from(["GET", "POST"]))
+def test_mapping_is_what_h2_normalization_and_validation_would_produce(
+    fields: list[tuple[str, bytes]], method: str
+) -> None:
+    raw = f"{method} /p?q=1 HTTP/1.1\r\n".encode()
+    raw += b"".join(name.encode() + b": " + value + b"\r\n" for name, value in fields)
+    raw += b"\r\n"
+    parsed = parse_head(raw)
+    if parsed is None:
+        return
+    mapped = request_headers(parsed[0], parsed[1], parsed[2], UPSTREAM)
+    normalized = list(normalize_outbound_headers(mapped, FLAGS))
+    assert [tuple(h) for h in normalized] == [tuple(h) for h in mapped]
+    assert [type(h) is NeverIndexedHeaderTuple for h in normalized] == [
+        type(h) is NeverIndexedHeaderTuple for h in mapped
+    ]
+    list(validate_outbound_headers(mapped, FLAGS))  # raises on anything invalid
+
+
+def test_trailing_whitespace_is_not_part_of_the_value() -> None:
+    mapped = request_headers(b"GET", b"/", [(b"X-A", b"v \t")], UPSTREAM)
+    assert (b"x-a", b"v") in mapped
+
+
+def test_credentials_are_never_indexed() -> None:
+    mapped = request_headers(
+        b"GET",
+        b"/",
+        [(b"Authorization", b"Bearer t"), (b"Cookie", b"a=1"), (b"Cookie", b"b=" + b"x" * 30)],
+        UPSTREAM,
+    )
+    kinds = {h[0] + b"=" + h[1][:3]: type(h) is NeverIndexedHeaderTuple for h in mapped}
+    assert kinds[b"authorization=Bea"] and kinds[b"cookie=a=1"]
+    assert not kinds[b"cookie=b=x"]
+
+
+def test_pseudo_headers_first_and_authority_is_the_upstreams() -> None:
+    mapped = request_headers(b"GET", b"/x", [(b"Host", b"127.0.0.1:1250")], UPSTREAM)
+    assert mapped[:4] == [
+        (b":method", b"GET"),
+        (b":scheme", b"https"),
+        (b":authority", b"api.example.com"),
+        (b":path", b"/x"),
+    ]
+    assert all(not name.startswith(b":") for name, _ in mapped[4:])
+
+
+def test_request_path_forms() -> None:
+    assert request_path(b"/a?b") == b"/a?b"
+    assert request_path(b"*") == b"*"
+    assert request_path(b"http://evil.example/x?y=1") == b"/x?y=1"
+    assert request_path(b"http://evil.example?y=1") == b"/?y=1"
+    assert request_path(b"http://evil.example") == b"/"
+
+
+def test_response_head_drops_pseudo_and_connection_fields() -> None:
+    status, fields = response_head(
+        [(b":status", b"204"), (b"x-a", b"1"), (b"connection", b"close")]
+    )
+    assert status == 204
+    assert fields == [(b"x-a", b"1")]
