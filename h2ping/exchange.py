@@ -16,9 +16,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from h2.errors import ErrorCodes
+
 from . import errors
 from .errors import UpstreamError
-from .headers import Header, request_headers, response_head
+from .headers import Header, MalformedResponse, request_headers, response_head
 from .http1 import Request, ResponseWriter
 from .listener import RECV_HIGH_WATER
 from .upstream import UpstreamStream
@@ -134,7 +136,15 @@ class Exchange:
     # ----------------------------------------------------------------- stream side
 
     def on_response(self, headers: list[Header], end_stream: bool) -> None:
-        status, fields = response_head(headers)
+        try:
+            status, fields = response_head(headers)
+        except MalformedResponse as exc:
+            if self._stream is not None:
+                self._stream.cancel(ErrorCodes.PROTOCOL_ERROR)
+            self.on_error(
+                UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"malformed response header block: {exc}")
+            )
+            return
         self._proxy.stats.count_response(status)
         # Headers mean the upstream took the request: no replay from here on.
         self._not_replayable("the response had begun")

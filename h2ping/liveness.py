@@ -12,6 +12,7 @@ One timer per connection, checked lazily: reads only record a timestamp.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from .stats import Stats
@@ -39,7 +40,8 @@ class Liveness:
         self._on_dead = on_dead
         self._stats = stats
         self.last_read = self._loop.time()
-        self._sent_at: float | None = None
+        self._sent_at: float | None = None  # loop time, for the timers
+        self._sent_precise = 0.0  # perf_counter: uvloop's clock has 1 ms resolution
         self._payload = b""
         self._count = 0
         self._confirming = False
@@ -59,7 +61,7 @@ class Liveness:
     def on_ack(self, payload: bytes) -> None:
         self._stats.ping_acks += 1
         if payload == self._payload and self._sent_at is not None:
-            rtt = self._loop.time() - self._sent_at
+            rtt = time.perf_counter() - self._sent_precise
             self._stats.last_ping_rtt = rtt
             self._stats.ping_rtt.observe(rtt)
 
@@ -93,6 +95,7 @@ class Liveness:
         self._count += 1
         self._payload = self._count.to_bytes(8, "big")
         self._sent_at = now
+        self._sent_precise = time.perf_counter()
         self._send_ping(self._payload)
         self._stats.pings_sent += 1
         # Look again after an interval: an ACK by then restarts the idle clock.

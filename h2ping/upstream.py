@@ -170,6 +170,9 @@ class UpstreamConnection(asyncio.Protocol):
             header_encoding=None,
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
+            # Responses are checked per stream by headers.response_head.
+            validate_inbound_headers=False,
+            normalize_inbound_headers=False,
         )
         self._h2 = h2.connection.H2Connection(config=config)
 
@@ -269,7 +272,7 @@ class UpstreamConnection(asyncio.Protocol):
                 f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
             )
             return
-        except h2.exceptions.ProtocolError as exc:
+        except Exception as exc:  # anything h2 raises on the peer's bytes ends this connection
             self._protocol_error(describe_h2_error(exc))
             return
         self._flush()

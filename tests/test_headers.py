@@ -5,6 +5,7 @@ checked here against h2's own functions for any head llhttp accepts."""
 from __future__ import annotations
 
 import httptools
+import pytest
 from h2.utilities import (
     HeaderValidationFlags,
     normalize_outbound_headers,
@@ -15,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from h2ping.config import parse_upstream
-from h2ping.headers import request_headers, request_path, response_head
+from h2ping.headers import MalformedResponse, request_headers, request_path, response_head
 
 UPSTREAM = parse_upstream("https://api.example.com")
 FLAGS = HeaderValidationFlags(
@@ -113,9 +114,35 @@ def test_request_path_forms() -> None:
     assert request_path(b"http://evil.example") == b"/"
 
 
-def test_response_head_drops_pseudo_and_connection_fields() -> None:
-    status, fields = response_head(
-        [(b":status", b"204"), (b"x-a", b"1"), (b"connection", b"close")]
-    )
+def test_response_head_splits_status_and_fields() -> None:
+    status, fields = response_head([(b":status", b"204"), (b"x-a", b"1 2"), (b"x-b", b"\xe9")])
     assert status == 204
-    assert fields == [(b"x-a", b"1")]
+    assert fields == [(b"x-a", b"1 2"), (b"x-b", b"\xe9")]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        [(b":status", b"200"), (b"connection", b"close")],
+        [(b":status", b"200"), (b"te", b"trailers")],
+        [(b":status", b"200"), (b"X-Upper", b"1")],
+        [(b":status", b"200"), (b"x a", b"1")],
+        [(b":status", b"200"), (b"x-split", b"a\r\nset-cookie: injected")],
+        [(b":status", b"200"), (b"x-nul", b"a\x00b")],
+        [(b":status", b"200"), (b"x-space", b" padded")],
+        [(b"x-a", b"1"), (b":status", b"200")],
+        [(b":status", b"200"), (b":status", b"200")],
+        [(b":status", b"200"), (b":path", b"/")],
+        [(b":status", b"2000")],
+        [(b"x-a", b"1")],
+    ],
+    ids=[
+        "connection", "te", "uppercase", "not-a-token", "response-splitting", "nul",
+        "surrounding-space", "pseudo-after-field", "repeated-status", "request-pseudo",
+        "bad-status", "no-status",
+    ],
+)  # fmt: skip
+def test_malformed_response_blocks_are_refused(block: list[tuple[bytes, bytes]]) -> None:
+    with pytest.raises(MalformedResponse) as caught:
+        response_head(block)
+    assert b"injected" not in str(caught.value).encode()

@@ -130,5 +130,5 @@ async def test_no_secret_in_any_output(tls: TLSFiles, caplog: pytest.LogCaptureF
     for label, secret in (("token", TOKEN), ("cookie", COOKIE), ("body", BODY)):
         assert secret not in output, f"the {label} leaked"
     # The paths were really taken (each left its trace).
-    for needle in ("502", "400", "431", "405", "408", "dead", "malformed frame or header block"):
+    for needle in ("502", "400", "431", "405", "408", "dead", "malformed response header block"):
         assert needle in output, needle

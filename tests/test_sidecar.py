@@ -98,7 +98,7 @@ async def test_framework_launch_forward_and_ctrl_c(tls: TLSFiles, tmp_path: Path
     assert "ignoring GOMEMLIMIT and GOMAXPROCS" in text
     assert "insecure-skip-verify is on" in text
     assert "SIGINT: draining" in text
-    assert "stopped: requests=1 failed=0" in lines[-1], lines[-1]
+    assert "stopped: requests=1 completed=1 failed=0" in lines[-1], lines[-1]
 
 
 async def test_port_is_bound_before_the_listening_line() -> None:

@@ -25,18 +25,17 @@ async def answer_well(peer: RawPeer, stream_id: int) -> None:
     await peer.drain()
 
 
-def first_connection_misbehaves(misbehave: Misbehaviour) -> Callable[[RawPeer], Awaitable[None]]:
-    """Connection 1 misbehaves on its first request; later connections answer well."""
-    seen = 0
+def first_request_misbehaves(misbehave: Misbehaviour) -> Callable[[RawPeer], Awaitable[None]]:
+    """The first request of the run is answered badly; every later one well."""
+    requests = 0
 
     async def script(peer: RawPeer) -> None:
-        nonlocal seen
-        seen += 1
-        mine = seen
+        nonlocal requests
         await peer.handshake()
         while True:
             stream_id, _ = await peer.read_request()
-            await (misbehave if mine == 1 else answer_well)(peer, stream_id)
+            requests += 1
+            await (misbehave if requests == 1 else answer_well)(peer, stream_id)
 
     return script
 
@@ -89,17 +88,20 @@ async def garbage(peer: RawPeer, stream_id: int) -> None:
     peer.send(os.urandom(4096))
 
 
-MISBEHAVIOURS: dict[str, tuple[Misbehaviour, str]] = {
-    "connection-specific header": (connection_header, "malformed frame or header block"),
-    "uppercase header name": (uppercase_name, "malformed frame or header block"),
-    "missing :status": (missing_status, "malformed frame or header block"),
-    "header list too large": (oversized_header_list, "SETTINGS_MAX_HEADER_LIST_SIZE"),
-    "malformed PING": (malformed_ping, "frame shorter than its fixed fields"),
-    "frame over max size": (oversized_frame, "SETTINGS_MAX_FRAME_SIZE"),
-    "PING flood": (ping_flood, "PING/SETTINGS/empty DATA"),
-    "SETTINGS flood": (settings_flood, "PING/SETTINGS/empty DATA"),
-    "empty DATA flood": (empty_data_flood, "PING/SETTINGS/empty DATA"),
-    "garbage bytes": (garbage, ""),
+HEADER_BLOCK = "malformed response header block"
+FLOOD = "PING/SETTINGS/empty DATA"
+# case: (misbehaviour, Proxy-Status detail, whether only the stream fails)
+MISBEHAVIOURS: dict[str, tuple[Misbehaviour, str, bool]] = {
+    "connection-specific header": (connection_header, HEADER_BLOCK, True),
+    "uppercase header name": (uppercase_name, HEADER_BLOCK, True),
+    "missing :status": (missing_status, HEADER_BLOCK, True),
+    "header list too large": (oversized_header_list, "SETTINGS_MAX_HEADER_LIST_SIZE", False),
+    "malformed PING": (malformed_ping, "frame shorter than its fixed fields", False),
+    "frame over max size": (oversized_frame, "SETTINGS_MAX_FRAME_SIZE", False),
+    "PING flood": (ping_flood, FLOOD, False),
+    "SETTINGS flood": (settings_flood, FLOOD, False),
+    "empty DATA flood": (empty_data_flood, FLOOD, False),
+    "garbage bytes": (garbage, "", False),
 }
 
 
@@ -107,9 +109,9 @@ MISBEHAVIOURS: dict[str, tuple[Misbehaviour, str]] = {
 async def test_misbehaving_upstream_gives_502_then_recovers(
     case: str, session: aiohttp.ClientSession
 ) -> None:
-    misbehave, detail = MISBEHAVIOURS[case]
+    misbehave, detail, stream_level = MISBEHAVIOURS[case]
     async with (
-        RawUpstream(first_connection_misbehaves(misbehave)) as up,
+        RawUpstream(first_request_misbehaves(misbehave)) as up,
         running_proxy(up.url) as proxy,
     ):
         loop = asyncio.get_running_loop()
@@ -120,11 +122,12 @@ async def test_misbehaving_upstream_gives_502_then_recovers(
             assert "error=http_protocol_error" in resp.headers["proxy-status"]
             assert detail in resp.headers["proxy-status"]
         assert loop.time() - started < 3.0
-        # The proxy stays healthy: the next request goes over a fresh connection.
+        # The proxy stays healthy. A stream-level error leaves the connection up;
+        # after a connection-level one the next request goes over a fresh one.
         async with session.get(proxy.url + "/second") as resp:
             assert resp.status == 200
             assert await resp.read() == b"ok"
-        assert up.connections == 2
+        assert up.connections == (1 if stream_level else 2)
         assert up.errors == []
 
 
@@ -136,7 +139,7 @@ async def test_data_beyond_content_length_cuts_the_response(session: aiohttp.Cli
         peer.send(DataFrame(stream_id, b"abcdefgh", flags=["END_STREAM"]).serialize())
 
     async with (
-        RawUpstream(first_connection_misbehaves(too_long)) as up,
+        RawUpstream(first_request_misbehaves(too_long)) as up,
         running_proxy(up.url) as proxy,
     ):
         async with session.get(proxy.url + "/long") as resp:
