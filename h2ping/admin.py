@@ -282,6 +282,18 @@ class Metrics:
                 ("_count", rtt.count),
             ],
         )
+        if proxy.lag is not None:
+            lag = proxy.lag.histogram
+            family(
+                "h2ping_event_loop_lag_seconds",
+                "histogram",
+                f"How late a {proxy.lag.interval:g}s tick of the event loop ran.",
+                [
+                    *((f'_bucket{{le="{_number(bound)}"}}', n) for bound, n in lag.cumulative()),
+                    ("_sum", lag.total),
+                    ("_count", lag.count),
+                ],
+            )
         counter("ping_timeouts", "Upstream connections declared dead: silent after a PING.",
                 stats.ping_timeouts)  # fmt: skip
         counter("goaways", "GOAWAY frames received from the upstream.", stats.goaways)

@@ -23,6 +23,7 @@ from .config import Config
 from .flags import FlagError, HelpRequested, help_text, parse_args
 from .logs import setup_logging
 from .proxy import Proxy
+from .workers import run_workers
 
 log = logging.getLogger("h2ping")
 
@@ -87,8 +88,13 @@ async def serve(config: Config) -> int:
 
     await stopping.wait()
     await proxy.stop()
-    log.info("stopped: %s", proxy.stats.summary())
+    log.info("stopped: %s", proxy.summary())
     return 0
+
+
+def _serve_worker(config: Config) -> int:
+    setup_logging(config)  # the worker's own name in its lines
+    return _run(serve(config))
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:
@@ -117,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ignored:
         log.info("ignoring %s: Go runtime settings, meaningless here", " and ".join(ignored))
     try:
+        if config.workers > 1:
+            return run_workers(config, _serve_worker)
         return _run(serve(config))
     except KeyboardInterrupt:  # SIGINT before serve() installed its handler: nothing to drain
         log.info("interrupted during startup: exiting")

@@ -192,6 +192,8 @@ class Config:
     insecure_skip_verify: bool = False
     ca_file: str | None = None
     connect_timeout: float = 10.0
+    workers: int = 1  # processes sharing the listening port (SO_REUSEPORT)
+    loop_lag_interval: float = 0.0  # tick for measuring event-loop lag; 0 disables
     header_timeout: float = 30.0  # a request head must arrive within this, else 408
     client_idle_timeout: float = 600.0  # close kept-alive client connections idle this long
     name: str = ""
@@ -208,6 +210,7 @@ class Config:
             ("max-conn-age", self.max_conn_age),
             ("connect-timeout", self.connect_timeout),
             ("header-timeout", self.header_timeout),
+            ("loop-lag-interval", self.loop_lag_interval),
             ("client-idle-timeout", self.client_idle_timeout),
         ):
             if value != value or value in (float("inf"), float("-inf")):
@@ -234,6 +237,12 @@ class Config:
             )
         if self.max_buffered_bytes < 0:
             raise ConfigError("max-buffered-bytes", "must not be negative (0 keeps no bodies)")
+        if not 1 <= self.workers <= 256:
+            raise ConfigError("workers", "must be between 1 and 256")
+        if self.workers > 1 and self.listen.port == 0:
+            raise ConfigError("workers", "needs a fixed listen port (workers share it)")
+        if self.loop_lag_interval < 0:
+            raise ConfigError("loop-lag-interval", "must not be negative (0 disables)")
         if self.header_timeout <= 0:
             raise ConfigError("header-timeout", "must be greater than 0")
         if self.client_idle_timeout <= 0:

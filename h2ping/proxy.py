@@ -18,6 +18,7 @@ from .config import Config, parse_listen, parse_upstream
 from .errors import UpstreamError
 from .exchange import Exchange
 from .http1 import Request, ResponseWriter
+from .lag import LagMonitor
 from .listener import ClientConnection, ListenerLimits
 from .pool import Pool
 from .retry import RetryBudget
@@ -67,6 +68,7 @@ class Proxy:
         self._server: asyncio.Server | None = None
         self.pool: Pool | None = None  # type: ignore[assignment]
         self.admin: AdminServer | None = None  # with config.admin_listen, once started
+        self.lag: LagMonitor | None = None  # with config.loop_lag_interval, once started
         self.port = 0
 
     @property
@@ -76,6 +78,11 @@ class Proxy:
             host = "127.0.0.1"
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}"
+
+    def summary(self) -> str:
+        """The counters, and the loop lag when measured: the shutdown line."""
+        lag = self.lag.summary() if self.lag is not None else ""
+        return f"{self.stats.summary()} {lag}".rstrip()
 
     @property
     def in_flight(self) -> int:
@@ -108,9 +115,13 @@ class Proxy:
             config.listen.host,
             config.listen.port,
             reuse_address=True,
+            reuse_port=config.workers > 1,
             backlog=4096,
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        if config.loop_lag_interval > 0:
+            self.lag = LagMonitor(config.loop_lag_interval)
+            self.lag.start()
         if config.admin_listen is not None:
             admin = AdminServer(self, config.admin_listen)
             try:
@@ -149,6 +160,8 @@ class Proxy:
         then cut whatever is left and close the upstream connections."""
         if grace is None:
             grace = self.config.shutdown_grace
+        if self.lag is not None:
+            self.lag.stop()
         if self._server is not None:
             self._server.close()
         loop = asyncio.get_running_loop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import Any
 
 import aiohttp
@@ -265,3 +266,22 @@ async def test_embedded_proxy_serves_admin_and_stops_it(session: aiohttp.ClientS
     else:
         writer.close()
         raise AssertionError("admin endpoint still accepting after stop")
+
+
+async def test_event_loop_lag_is_measured_when_asked(session: aiohttp.ClientSession) -> None:
+    async with (
+        ScriptedUpstream() as upstream,
+        running_proxy(upstream.url, admin_listen="127.0.0.1:0", loop_lag_interval=0.01) as proxy,
+    ):
+        await asyncio.sleep(0.3)
+        time.sleep(0.05)  # block the loop: one tick must see at least this much lag
+        await asyncio.sleep(0.05)
+        metrics = await scrape(session, proxy)
+        summary = proxy.summary()
+    assert metrics[("h2ping_event_loop_lag_seconds_count", "")] >= 10
+    assert (
+        metrics[("h2ping_event_loop_lag_seconds_bucket", "le=0.03")]
+        < metrics[("h2ping_event_loop_lag_seconds_count", "")]
+    )
+    assert "loop_lag_p99=" in summary and "loop_lag_max=" in summary
+    assert proxy.lag is not None and proxy.lag.max >= 0.04

@@ -1,0 +1,72 @@
+"""--workers N: processes sharing one port, each with its own upstream pool."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+
+import aiohttp
+
+from h2ping.testing import ScriptedUpstream
+
+from .conftest import free_port, wait_for_port
+
+
+async def test_two_workers_share_the_port_and_drain_on_sigterm() -> None:
+    async with ScriptedUpstream() as up:
+        port = free_port()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "h2ping", "-listen", f"127.0.0.1:{port}",
+            "-upstream", up.url, "-workers", "2",
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert proc.stderr is not None
+            lines = [
+                (await asyncio.wait_for(proc.stderr.readline(), 10)).decode() for _ in range(2)
+            ]
+            assert all("listening on" in line for line in lines), lines
+            assert "/1: listening on" in "".join(lines) and "/2: listening on" in "".join(lines)
+            await wait_for_port(port)
+            # Separate client connections: the kernel spreads them over the workers.
+            for _ in range(40):
+                async with aiohttp.ClientSession() as session:
+                    async with session.post(f"http://127.0.0.1:{port}/w", data=b"x") as resp:
+                        assert resp.status == 200
+                        assert await resp.read() == b"x"
+                if len(up.connections) >= 2:
+                    break
+            # Each worker has its own pool, so two workers mean two upstream connections.
+            assert len(up.connections) == 2
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 10) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_workers_exit_1_when_the_port_is_taken() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "h2ping", "-listen", f"127.0.0.1:{port}",
+            "-upstream", "https://127.0.0.1:1", "-workers", "3",
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, stderr = await asyncio.wait_for(proc.communicate(), 10)
+    assert proc.returncode == 1
+    assert b"address already in use" in stderr
+
+
+def test_workers_need_a_fixed_port() -> None:
+    import pytest
+
+    from h2ping.config import Config, ConfigError, parse_listen, parse_upstream
+
+    with pytest.raises(ConfigError, match="fixed listen port"):
+        Config(upstream=parse_upstream("https://h"), listen=parse_listen("127.0.0.1:0"), workers=2)
