@@ -190,3 +190,32 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
     # The calling framework's client: aiohttp, HTTP/1.1, keep-alive, no timeout.
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
         yield s
+
+
+async def assert_not_accepting(port: int, what: str = "the port") -> None:
+    """Fail if anything still accepts TCP connections on ``port``."""
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return
+    writer.close()
+    raise AssertionError(f"{what} still accepting connections")
+
+
+async def send_raw(port: int, data: bytes, timeout: float = 5.0) -> bytes:
+    """Send raw bytes to the proxy; read until it closes the connection."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    try:
+        return await asyncio.wait_for(reader.read(), timeout)
+    finally:
+        writer.close()
+
+
+@contextlib.asynccontextmanager
+async def scripted(tls: TLSFiles, handler: Any, **options: Any) -> AsyncIterator[Any]:
+    """A ScriptedUpstream over TLS with the test CA's certificate."""
+    from h2ping.testing import ScriptedUpstream
+
+    async with ScriptedUpstream(handler, ssl_context=tls.server_context(), **options) as upstream:
+        yield upstream

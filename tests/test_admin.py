@@ -16,7 +16,14 @@ from h2ping import Proxy
 from h2ping.admin import READY_TIMEOUT
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
-from .conftest import TLSFiles, echo_app, free_port, run_hypercorn, running_proxy
+from .conftest import (
+    TLSFiles,
+    assert_not_accepting,
+    echo_app,
+    free_port,
+    run_hypercorn,
+    running_proxy,
+)
 
 
 def admin_url(proxy: Proxy, path: str) -> str:
@@ -259,13 +266,7 @@ async def test_embedded_proxy_serves_admin_and_stops_it(session: aiohttp.ClientS
         assert proxy.admin is not None
         port = proxy.admin.port
         assert await get(session, proxy, "/healthz") == (200, "ok\n")
-    try:
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError:
-        pass
-    else:
-        writer.close()
-        raise AssertionError("admin endpoint still accepting after stop")
+    await assert_not_accepting(port, "the admin endpoint after stop")
 
 
 async def test_event_loop_lag_is_measured_when_asked(session: aiohttp.ClientSession) -> None:

@@ -6,23 +6,14 @@ import asyncio
 import hashlib
 import os
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
 from h2.errors import ErrorCodes
 
-from h2ping.testing import Handler, ScriptedRequest, ScriptedUpstream
+from h2ping.testing import ScriptedRequest
 
-from .conftest import TLSFiles, running_proxy
-
-
-@asynccontextmanager
-async def scripted(
-    tls: TLSFiles, handler: Handler, **options: object
-) -> AsyncIterator[ScriptedUpstream]:
-    async with ScriptedUpstream(handler, ssl_context=tls.server_context(), **options) as upstream:
-        yield upstream
+from .conftest import TLSFiles, running_proxy, scripted
 
 
 async def test_request_pseudo_headers(tls: TLSFiles, session: aiohttp.ClientSession) -> None:

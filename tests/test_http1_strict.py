@@ -13,7 +13,7 @@ import pytest
 from h2ping import Proxy
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
-from .conftest import running_proxy
+from .conftest import running_proxy, send_raw
 
 
 async def echo(request: ScriptedRequest) -> None:
@@ -26,16 +26,6 @@ async def echo(request: ScriptedRequest) -> None:
 async def proxy_and_upstream(**settings: object) -> AsyncIterator[tuple[Proxy, ScriptedUpstream]]:
     async with ScriptedUpstream(echo) as up, running_proxy(up.url, **settings) as proxy:
         yield proxy, up
-
-
-async def send_raw(port: int, data: bytes, timeout: float = 5.0) -> bytes:
-    """Send ``data`` and read until the proxy closes the connection."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(data)
-    try:
-        return await asyncio.wait_for(reader.read(), timeout)
-    finally:
-        writer.close()
 
 
 BAD_REQUESTS = {

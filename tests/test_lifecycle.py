@@ -11,24 +11,15 @@ import logging
 import os
 import pathlib
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
 from h2.errors import ErrorCodes
 
-from h2ping.testing import Handler, ScriptedRequest, ScriptedUpstream
+from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
-from .conftest import TLSFiles, running_proxy
+from .conftest import TLSFiles, running_proxy, scripted
 from .nginx import run_nginx
-
-
-@asynccontextmanager
-async def scripted(
-    tls: TLSFiles, handler: Handler, **options: object
-) -> AsyncIterator[ScriptedUpstream]:
-    async with ScriptedUpstream(handler, ssl_context=tls.server_context(), **options) as upstream:
-        yield upstream
 
 
 def arrivals(upstream: ScriptedUpstream) -> collections.Counter[tuple[int, str]]:

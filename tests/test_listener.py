@@ -4,17 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .conftest import TLSFiles, running_proxy
-
-
-async def exchange_raw(port: int, data: bytes, *, timeout: float = 5.0) -> bytes:
-    """Send ``data``, read until the proxy closes the connection."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(data)
-    try:
-        return await asyncio.wait_for(reader.read(), timeout)
-    finally:
-        writer.close()
+from .conftest import TLSFiles, running_proxy, send_raw
 
 
 async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, dict[bytes, bytes], bytes]:
@@ -32,7 +22,7 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, dict[bytes
 
 async def test_malformed_request_gets_400_and_close(hypercorn_echo: str, tls: TLSFiles) -> None:
     async with running_proxy(hypercorn_echo, tls) as proxy:
-        raw = await exchange_raw(proxy.port, b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n")
+        raw = await send_raw(proxy.port, b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n")
     assert raw.startswith(b"HTTP/1.1 400 Bad Request\r\n")
     assert b"connection: close" in raw.lower()
     assert b"malformed" in raw
@@ -41,14 +31,14 @@ async def test_malformed_request_gets_400_and_close(hypercorn_echo: str, tls: TL
 async def test_oversized_head_gets_431(hypercorn_echo: str, tls: TLSFiles) -> None:
     big = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"a" * 1000) for i in range(70))
     async with running_proxy(hypercorn_echo, tls) as proxy:
-        raw = await exchange_raw(proxy.port, b"GET / HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n")
+        raw = await send_raw(proxy.port, b"GET / HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n")
     assert raw.startswith(b"HTTP/1.1 431 ")
 
 
 async def test_head_just_under_limit_is_forwarded(hypercorn_echo: str, tls: TLSFiles) -> None:
     big = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"a" * 1000) for i in range(50))
     async with running_proxy(hypercorn_echo, tls) as proxy:
-        raw = await exchange_raw(
+        raw = await send_raw(
             proxy.port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + big + b"\r\n"
         )
     assert raw.startswith(b"HTTP/1.1 200 OK\r\n")
@@ -92,7 +82,7 @@ async def test_http10_client_gets_close_delimited_body(tls: TLSFiles) -> None:
         await send({"type": "http.response.body", "body": b"def"})
 
     async with run_hypercorn(app, tls) as url, running_proxy(url, tls) as proxy:
-        raw = await exchange_raw(proxy.port, b"GET / HTTP/1.0\r\n\r\n")
+        raw = await send_raw(proxy.port, b"GET / HTTP/1.0\r\n\r\n")
     head, _, body = raw.partition(b"\r\n\r\n")
     assert b"transfer-encoding" not in head.lower()
     assert body == b"abcdef"
@@ -102,7 +92,7 @@ async def test_absolute_form_target_goes_to_configured_upstream(
     hypercorn_echo: str, tls: TLSFiles
 ) -> None:
     async with running_proxy(hypercorn_echo, tls) as proxy:
-        raw = await exchange_raw(
+        raw = await send_raw(
             proxy.port,
             b"GET http://evil.example/steal?x=1 HTTP/1.1\r\n"
             b"Host: evil.example\r\nConnection: close\r\n\r\n",

@@ -12,7 +12,14 @@ from typing import Any
 
 import aiohttp
 
-from .conftest import TLSFiles, free_port, read_body, run_hypercorn, wait_for_port
+from .conftest import (
+    TLSFiles,
+    assert_not_accepting,
+    free_port,
+    read_body,
+    run_hypercorn,
+    wait_for_port,
+)
 
 
 @asynccontextmanager
@@ -127,13 +134,7 @@ async def test_sigterm_drains_in_flight_request(tls: TLSFiles) -> None:
         assert await resp.read() == b"done"
         assert await asyncio.wait_for(proc.wait(), 10) == 0
         # No longer accepting.
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            pass
-        else:
-            writer.close()
-            raise AssertionError("still accepting after shutdown")
+        await assert_not_accepting(port, "the proxy after shutdown")
 
 
 async def test_grace_expiry_cuts_and_exits_0(tls: TLSFiles) -> None:

@@ -3,7 +3,6 @@ the README's example test run in a fresh pytest process as a user's project woul
 
 from __future__ import annotations
 
-import asyncio
 import re
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -14,6 +13,8 @@ import pytest
 from h2ping import Proxy
 from h2ping.pytest_plugin import ProxyFactory
 from h2ping.testing import ScriptedUpstream
+
+from .conftest import assert_not_accepting
 
 pytest_plugins = ["pytester"]
 
@@ -60,10 +61,4 @@ async def test_factory_runs_and_stops_a_proxy(
                 assert resp.headers["x-echo-method"] == "PUT"
             assert proxy.stats.requests == 1
         port = proxy.port
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            pass
-        else:
-            writer.close()
-            raise AssertionError("proxy still accepting after its block ended")
+        await assert_not_accepting(port, "the proxy after its block ended")
