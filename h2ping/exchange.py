@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from typing import TYPE_CHECKING
 
 from h2.errors import ErrorCodes
@@ -23,15 +24,17 @@ from .errors import UpstreamError
 from .headers import Header, MalformedResponse, request_headers, response_head
 from .http1 import Request, ResponseWriter
 from .listener import RECV_HIGH_WATER
-from .upstream import UpstreamStream
+from .upstream import UpstreamConnection, UpstreamStream
 
 if TYPE_CHECKING:
     from .proxy import Proxy
 
 log = logging.getLogger("h2ping.exchange")
 
-#: How often one request may be replayed after refusals before it fails.
+#: How often one request may be replayed after refusals before it fails, and the
+#: first pause before a repeated replay (the first replay goes at once).
 MAX_REPLAYS = 3
+REPLAY_BACKOFF = 0.01
 PROXY_NAME = "h2ping"
 
 
@@ -47,8 +50,9 @@ class Exchange:
 
     __slots__ = (
         "_attempt",
+        "_backoff",
         "_body_ended",
-        "_done",
+        "_fields",
         "_finished",
         "_kept",
         "_kept_bytes",
@@ -72,7 +76,8 @@ class Exchange:
         self._writer = writer
         self._task: asyncio.Task[None] | None = None
         self._stream: UpstreamStream | None = None
-        self._done: asyncio.Future[None] | None = None
+        self._fields: list[Header] = []
+        self._backoff: asyncio.TimerHandle | None = None
         self._body_ended = not request.has_body
         self._unsent: list[bytes] = []  # body received before a stream existed
         self._unsent_bytes = 0
@@ -89,8 +94,12 @@ class Exchange:
     # ----------------------------------------------------------------- listener side
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
         self._proxy.exchanges.add(self)
+        request = self._request
+        self._fields = request_headers(
+            request.method, request.target, request.headers, self._proxy.config.upstream
+        )
+        self._next_attempt()
 
     def feed_body(self, data: bytes) -> None:
         if self._finished:
@@ -122,16 +131,16 @@ class Exchange:
         """The client went away: stop everything, leave nothing behind."""
         if not self._finished:
             self._proxy.stats.cancelled += 1
-        self._finished = True
         if self._stream is not None:
             self._stream.cancel()
             self._stream = None
         if self._task is not None:
             self._task.cancel()
-        # A task cancelled before its first step never runs its `finally`.
-        self._release_body()
-        self._unsent.clear()
-        self._proxy.exchanges.discard(self)
+            self._task = None
+        if self._backoff is not None:
+            self._backoff.cancel()
+            self._backoff = None
+        self._finish()
 
     # ----------------------------------------------------------------- stream side
 
@@ -162,64 +171,54 @@ class Exchange:
     def on_end(self) -> None:
         self._stream = None
         self._proxy.stats.completed += 1
+        self._finish()
         self._writer.end()
-        if self._done is not None and not self._done.done():
-            self._done.set_result(None)
 
     def on_error(self, error: UpstreamError) -> None:
         self._stream = None
-        if self._done is not None and not self._done.done():
-            self._done.set_exception(error)
+        self._attempt_failed(error)
 
     def on_send_ready(self) -> None:
         self._writer.resume_reading()
 
-    # ----------------------------------------------------------------- the task
+    # ----------------------------------------------------------------- attempts
+    #
+    # No task in the common case: with a stream slot free, the request leaves from
+    # the parser's callback and its outcome arrives through the sink callbacks. A
+    # task exists only while the request waits for a slot or a new connection.
 
-    async def _run(self) -> None:
-        request = self._request
-        proxy = self._proxy
+    def _next_attempt(self) -> None:
+        self._backoff = None
+        conn = self._proxy.pool.try_acquire()
+        if conn is None:
+            self._task = asyncio.get_running_loop().create_task(self._wait_for_slot())
+        else:
+            self._open_on(conn)
+
+    async def _wait_for_slot(self) -> None:
         try:
-            fields = request_headers(
-                request.method, request.target, request.headers, proxy.config.upstream
-            )
-            while True:
-                try:
-                    await self._attempt_once(fields)
-                    return
-                except UpstreamError as exc:
-                    if not self._may_replay(exc):
-                        self._fail(exc)
-                        return
-                    self._attempt += 1
-                    proxy.stats.replays += 1
-                    log.info(
-                        "%s: replaying (%s), attempt %d",
-                        self._where(),
-                        exc.detail,
-                        self._attempt + 1,
-                    )
-        except asyncio.CancelledError:
-            if self._stream is not None:
-                self._stream.cancel()
-                self._stream = None
-            raise
-        except Exception as exc:  # a bug of ours must not take the process down
-            log.exception("%s: internal error", request.describe())
-            self._fail(UpstreamError(errors.PROXY_INTERNAL_ERROR, type(exc).__name__))
-        finally:
-            self._finished = True
-            self._release_body()
-            self._unsent.clear()
-            proxy.exchanges.discard(self)
+            conn = await self._proxy.pool.acquire()
+        except UpstreamError as exc:
+            self._task = None
+            self._attempt_failed(exc)
+            return
+        self._task = None
+        self._open_on(conn)
 
-    async def _attempt_once(self, fields: list[Header]) -> None:
-        conn = await self._proxy.pool.acquire()
+    def _open_on(self, conn: UpstreamConnection) -> None:
+        """Send the request on a slot reserved on ``conn``."""
         self.conn_id = conn.id
-        self._done = asyncio.get_running_loop().create_future()
         body = self._kept if self._attempt else self._unsent
         end_now = self._body_ended and not any(body)
-        stream = conn.open_stream(fields, self, end_stream=end_now)
+        try:
+            stream = conn.open_stream(self._fields, self, end_stream=end_now)
+        except UpstreamError as exc:
+            self._attempt_failed(exc)
+            return
+        except Exception as exc:  # a bug of ours must not leave the client hanging
+            log.exception("%s: internal error", self._where())
+            self._attempt_failed(UpstreamError(errors.PROXY_INTERNAL_ERROR, type(exc).__name__))
+            return
         self._stream = stream
         self.stream_id = stream.stream_id
         if self._request.expect_continue and not self._body_ended:
@@ -232,7 +231,31 @@ class Exchange:
             stream.end()
         if stream.pending_bytes < RECV_HIGH_WATER:
             self._writer.resume_reading()
-        await self._done
+
+    def _attempt_failed(self, error: UpstreamError) -> None:
+        if self._finished:
+            return
+        if self._may_replay(error):
+            self._attempt += 1
+            self._proxy.stats.replays += 1
+            log.info(
+                "%s: replaying (%s), attempt %d", self._where(), error.detail, self._attempt + 1
+            )
+            if self._attempt == 1:
+                self._next_attempt()
+            else:  # refused again: give the upstream a moment (jittered, doubling)
+                delay = REPLAY_BACKOFF * 2 ** (self._attempt - 2) * (1 + random.random())
+                self._backoff = asyncio.get_running_loop().call_later(delay, self._next_attempt)
+            return
+        self._finish()
+        self._fail(error)
+
+    def _finish(self) -> None:
+        """The exchange is over: free what it holds and forget it."""
+        self._finished = True
+        self._release_body()
+        self._unsent.clear()
+        self._proxy.exchanges.discard(self)
 
     def _where(self) -> str:
         """``METHOD /path conn=N stream=M`` for log lines (what is known so far)."""

@@ -44,11 +44,9 @@ class Pool:
         """
         if self._closed:
             raise UpstreamError("proxy_internal_error", "proxy is shutting down")
-        if not self._waiters:
-            conn = self._pick()
-            if conn is not None:
-                conn.reserved += 1
-                return conn
+        conn = self.try_acquire()
+        if conn is not None:
+            return conn
         waiter: asyncio.Future[UpstreamConnection] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         self._ensure_connecting()
@@ -60,6 +58,16 @@ class Pool:
             else:
                 self._discard(waiter)
             raise
+
+    def try_acquire(self) -> UpstreamConnection | None:
+        """A connection with a slot reserved for the caller, if one is free right
+        now and nobody is waiting ahead of it; else None (then ``acquire``)."""
+        if self._closed or self._waiters:
+            return None
+        conn = self._pick()
+        if conn is not None:
+            conn.reserved += 1
+        return conn
 
     def close(self) -> None:
         """Close every connection (GOAWAY) and fail whoever still waits."""
