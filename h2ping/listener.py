@@ -333,7 +333,11 @@ class ClientConnection(asyncio.Protocol):
         elif self._rejection is not None:
             self._send_rejection()
             return
-        elif not self._in_head:
+        elif self._in_head:
+            # A head that began while earlier requests were being answered: its
+            # time to arrive whole starts now.
+            self._arm_timer(self._limits.header_timeout, self._on_header_timeout)
+        else:
             self._arm_timer(self._limits.idle_timeout, self._on_idle_timeout)
         if len(self._pending) <= 1:
             self.resume_reading()

@@ -9,6 +9,7 @@ pool. The parent only forks, forwards SIGINT/SIGTERM and reaps: if a worker fail
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -32,6 +33,7 @@ def run_workers(config: Config, run_one: Callable[[Config], int]) -> int:
         if pid == 0:  # the worker
             code = 1
             try:
+                _detach_from_parent_group()
                 code = run_one(worker_config)
             finally:
                 logging.shutdown()
@@ -57,3 +59,21 @@ def run_workers(config: Config, run_one: Callable[[Config], int]) -> int:
             for other in running:
                 os.kill(other, signal.SIGTERM)
     return worst
+
+
+def _detach_from_parent_group() -> None:
+    """Own process group: a terminal's Ctrl-C (sent to the whole foreground group)
+    reaches only the parent, which forwards it once. A worker that got it twice
+    would take the second for "exit now" and skip the drain. Die with the parent
+    (Linux), so a killed parent leaves no worker behind."""
+    os.setpgid(0, 0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: the parent's forwarding still covers the normal paths
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import sys
@@ -70,3 +71,52 @@ def test_workers_need_a_fixed_port() -> None:
 
     with pytest.raises(ConfigError, match="fixed listen port"):
         Config(upstream=parse_upstream("https://h"), listen=parse_listen("127.0.0.1:0"), workers=2)
+
+
+async def test_ctrl_c_to_the_process_group_drains_once() -> None:
+    """A terminal's Ctrl-C goes to the whole foreground process group: every
+    worker must still drain and exit 0, not take it as a second signal."""
+    async with ScriptedUpstream() as up:
+        port = free_port()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "h2ping", "-listen", f"127.0.0.1:{port}",
+            "-upstream", up.url, "-workers", "2",
+            stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        try:
+            assert proc.stderr is not None
+            for _ in range(2):
+                line = await asyncio.wait_for(proc.stderr.readline(), 10)
+                assert b"listening on" in line
+            os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
+            _, rest = await asyncio.wait_for(proc.communicate(), 10)
+            assert proc.returncode == 0, rest.decode()
+            assert rest.count(b"stopped: requests=") == 2, rest.decode()
+            assert b"exiting now" not in rest
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_workers_die_with_their_parent() -> None:
+    async with ScriptedUpstream() as up:
+        port = free_port()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "h2ping", "-listen", f"127.0.0.1:{port}",
+            "-upstream", up.url, "-workers", "2",
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        for _ in range(2):
+            await asyncio.wait_for(proc.stderr.readline(), 10)
+        proc.kill()  # SIGKILL: the parent cannot forward anything
+        await proc.wait()
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return  # no worker left listening
+            writer.close()
+        raise AssertionError("workers kept running after their parent was killed")

@@ -105,12 +105,17 @@ class Relay:
         self.flows_accepted += 1
         flow = _Flow(self, client, upstream)
         self._flows.add(flow)
-        flow.tasks = [
+        pumps = [
             asyncio.create_task(self._pump(flow, client_reader, upstream, to_client=False)),
             asyncio.create_task(self._pump(flow, up_reader, client, to_client=True)),
         ]
+        flow.tasks = list(pumps)
         if self.idle_cut is not None:
             flow.tasks.append(asyncio.create_task(self._watch_idle(flow, self.idle_cut)))
+        await asyncio.gather(*pumps, return_exceptions=True)
+        # Both directions are over (closed, or cut): a closed flow is not idle.
+        for task in flow.tasks[len(pumps) :]:
+            task.cancel()
         await asyncio.gather(*flow.tasks, return_exceptions=True)
         self._flows.discard(flow)
 

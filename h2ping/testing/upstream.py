@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
@@ -229,7 +230,8 @@ class ScriptedConnection(asyncio.Protocol):
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._window_changed = asyncio.Event()
         self._transport: asyncio.Transport | None = None
-        self._h2 = H2Connection(H2Configuration(client_side=False, header_encoding="utf-8"))
+        # Header values arrive as bytes: HTTP allows obs-text, which is not UTF-8.
+        self._h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None))
         self._events: dict[type, Callable[[Any], None]] = {
             h2.events.RequestReceived: self._on_request,
             h2.events.DataReceived: self._on_data,
@@ -326,9 +328,13 @@ class ScriptedConnection(asyncio.Protocol):
         over_limit = len(self._open) >= self.server.max_concurrent_streams
         if over_limit or (self.goaway_sent is not None and stream_id > self.goaway_sent):
             self.streams_refused += 1  # the client may retry it elsewhere
-            self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            # The client may have reset it in the same read: h2 closed it already.
+            with contextlib.suppress(h2.exceptions.StreamClosedError):
+                self._h2.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
             return
-        headers = [(str(name), str(value)) for name, value in event.headers]
+        headers = [
+            (name.decode("latin-1"), value.decode("latin-1")) for name, value in event.headers
+        ]
         request = ScriptedRequest(self, stream_id, headers)
         self.streams_opened += 1
         self.requests.append(request)
