@@ -1,4 +1,5 @@
-"""Load generators, pinned to core 1: h2load (throughput, latency) and curl (16 MiB).
+"""Load generators, pinned to core 1 (unless a scenario says otherwise): h2load
+(throughput, latency) and curl (16 MiB).
 
 Each function returns a plain dict of figures, ready for the JSON report.
 """
@@ -17,14 +18,14 @@ LOAD_CPU = 1
 _UNITS_US = {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}
 
 
-def _pinned(argv: list[str]) -> list[str]:
-    return ["taskset", "-c", str(LOAD_CPU), *argv]
+def _pinned(argv: list[str], cpu: int | None) -> list[str]:
+    return argv if cpu is None else ["taskset", "-c", str(cpu), *argv]
 
 
-def _run(argv: list[str], timeout: float) -> str:
+def _run(argv: list[str], timeout: float, cpu: int | None = LOAD_CPU) -> str:
     try:
         done = subprocess.run(
-            _pinned(argv), capture_output=True, text=True, timeout=timeout, check=False
+            _pinned(argv, cpu), capture_output=True, text=True, timeout=timeout, check=False
         )
     except subprocess.TimeoutExpired as exc:
         raise BenchError(f"{argv[0]} did not finish in {timeout:.0f}s") from exc
@@ -71,7 +72,9 @@ def h2load(
     duration: float | None = None,
     warmup: float = 0.0,
     log_file: Path | None = None,
+    cpu: int | None = LOAD_CPU,
 ) -> dict[str, Any]:
+    """One h2load run (one thread), pinned to ``cpu``; ``cpu=None`` leaves it unpinned."""
     argv = ["h2load", "-t", "1", "-c", str(clients)]
     if duration is not None:
         argv += ["-D", f"{duration:g}"]
@@ -84,7 +87,7 @@ def h2load(
     if log_file is not None:
         argv += ["--log-file", str(log_file)]
     timeout = (duration or 0) + warmup + 120
-    return parse_h2load(_run([*argv, url], timeout))
+    return parse_h2load(_run([*argv, url], timeout, cpu))
 
 
 def latency_from_log(log_file: Path) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 ``direct`` and ``direct-h1`` are nginx itself (no proxy): the floor. The proxies
 all take cleartext HTTP/1.1 and forward over TLS + HTTP/2 to the same nginx, and
-each runs pinned to core 0 (the load generator gets core 1).
+each runs pinned to core 0 (the load generator gets core 1), unless the scenario
+asks for ``cpu=None`` (unpinned). h2ping always measures its event-loop lag.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from procs import Proc, Procs, find_tool, free_port, wait_port
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROXY_CPU = 0
+LAG_INTERVAL = "10ms"  # h2ping --loop-lag-interval: lag p99/max in the shutdown summary
 DIRECT_PEERS = ("direct", "direct-h1")
 PROXY_PEERS = ("nghttpx", "baseline", "h2ping")
 ALL_PEERS = DIRECT_PEERS + PROXY_PEERS
@@ -29,6 +31,10 @@ class Peer:
     h1: bool  # clients speak HTTP/1.1 to it (else h2 over TLS)
     proc: Proc | None = None
     stop_signal: int = signal.SIGTERM
+    # False: signal only the leader. h2ping --workers N forwards SIGINT to its workers;
+    # signalling the whole group as well would give each worker a second SIGINT, which
+    # means "exit now" (no drain, no summary line).
+    signal_group: bool = True
 
     @property
     def is_proxy(self) -> bool:
@@ -43,21 +49,32 @@ def available_peers(has_nghttpx: bool, has_baseline: bool) -> list[str]:
 
 
 def start_peer(
-    name: str, procs: Procs, origin: Origin, *, ping_interval: str | None = None
+    name: str,
+    procs: Procs,
+    origin: Origin,
+    *,
+    ping_interval: str | None = None,
+    workers: int = 1,
+    cpu: int | None = PROXY_CPU,
+    label: str | None = None,
 ) -> Peer:
+    """Start peer ``name`` (``workers`` only applies to h2ping); ``label`` names it in
+    the results and logs when one scenario runs the same peer in several set-ups."""
+    label = label or name
     if name == "direct":
-        return Peer(name, origin.https_url, h1=False)
+        return Peer(label, origin.https_url, h1=False)
     if name == "direct-h1":
-        return Peer(name, f"http://127.0.0.1:{origin.h1_port}", h1=True)
+        return Peer(label, f"http://127.0.0.1:{origin.h1_port}", h1=True)
     port = free_port()
-    argv, stop_signal = _proxy_argv(name, port, origin, ping_interval)
-    proc = procs.start(name, argv, cpu=PROXY_CPU)
+    argv, stop_signal = _proxy_argv(name, port, origin, ping_interval, workers)
+    proc = procs.start(label, argv, cpu=cpu)
     wait_port(port, proc)
-    return Peer(name, f"http://127.0.0.1:{port}", h1=True, proc=proc, stop_signal=stop_signal)
+    url = f"http://127.0.0.1:{port}"
+    return Peer(label, url, True, proc, stop_signal, signal_group=workers == 1)
 
 
 def _proxy_argv(
-    name: str, port: int, origin: Origin, ping_interval: str | None
+    name: str, port: int, origin: Origin, ping_interval: str | None, workers: int = 1
 ) -> tuple[list[str], int]:
     listen = f"127.0.0.1:{port}"
     ca = str(origin.ca_path)
@@ -65,10 +82,13 @@ def _proxy_argv(
         argv = [sys.executable, "-m", "h2ping", "--listen", listen]
         argv += ["--upstream", origin.https_url, "--ca-file", ca]
         # info, not warning: the shutdown summary (pings_sent=...) is an info line.
-        argv += ["--log-level", "info"]
+        argv += ["--log-level", "info", "--loop-lag-interval", LAG_INTERVAL]
+        argv += ["--workers", str(workers)]
         if ping_interval:
             argv += ["--ping-interval", ping_interval]
         return argv, signal.SIGINT
+    if workers != 1:
+        raise ValueError(f"--workers is an h2ping flag, not {name!r}'s")
     if name == "baseline":
         script = str(BENCH_DIR / "baseline_proxy.py")
         argv = [sys.executable, script, "--listen", listen, "--upstream", origin.https_url]
@@ -93,4 +113,4 @@ def _proxy_argv(
 def stop_peer(procs: Procs, peer: Peer, timeout: float = 30.0) -> int | None:
     if peer.proc is None:
         return None
-    return procs.stop(peer.proc, peer.stop_signal, timeout)
+    return procs.stop(peer.proc, peer.stop_signal, timeout, group=peer.signal_group)

@@ -73,11 +73,18 @@ class Procs:
         self.running.append(proc)
         return proc
 
-    def stop(self, proc: Proc, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
-        """Signal the process group and wait; SIGKILL it if it does not go in time."""
+    def stop(
+        self, proc: Proc, sig: int = signal.SIGTERM, timeout: float = 10.0, *, group: bool = True
+    ) -> int | None:
+        """Signal the process group (or, with ``group=False``, only the leader, for a
+        parent that forwards signals itself) and wait; SIGKILL the group if it does not go
+        in time."""
         if proc.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
+                if group:
+                    os.killpg(proc.pid, sig)
+                else:
+                    os.kill(proc.pid, sig)
             try:
                 proc.popen.wait(timeout)
             except subprocess.TimeoutExpired:

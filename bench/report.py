@@ -7,6 +7,13 @@ from typing import Any
 
 Getter = Callable[[dict[str, Any]], Any]
 
+# h2ping's event-loop lag (--loop-lag-interval 10ms) from its shutdown summary, over
+# the proxy's whole life in the scenario; n/a for the other peers.
+LAG_COLUMNS: list[tuple[str, Getter, str]] = [
+    ("lag p99 ms", lambda f: f.get("loop_lag_p99_ms"), "{:.1f}"),
+    ("lag max ms", lambda f: f.get("loop_lag_max_ms"), "{:.1f}"),
+]
+
 # Per scenario: title, (column header, value getter, format), metrics to take ratios of.
 COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
     "small_50": (
@@ -15,6 +22,7 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
             ("req/s", lambda f: f["req_per_s"], "{:,.0f}"),
             ("mean ms", lambda f: f.get("latency_mean_us", 0) / 1000, "{:.2f}"),
             ("failed", lambda f: f.get("requests_failed", 0) + f.get("requests_errored", 0), "{}"),
+            *LAG_COLUMNS,
         ],
         ["req_per_s"],
     ),
@@ -38,6 +46,19 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
         ],
         ["download_mb_per_s", "upload_mb_per_s"],
     ),
+    "workers": (
+        "6. h2ping --workers 1 vs 2: small requests, 50 connections (h2load --h1 /tiny)  "
+        "[scaling: req/s over 1 worker's, target >= 1.70]\n"
+        "   pinning: none; h2load (-t 1), h2ping's workers and nginx float over all cores",
+        [
+            ("req/s", lambda f: f["req_per_s"], "{:,.0f}"),
+            ("mean ms", lambda f: f.get("latency_mean_us", 0) / 1000, "{:.2f}"),
+            ("failed", lambda f: f.get("requests_failed", 0) + f.get("requests_errored", 0), "{}"),
+            ("scaling", lambda f: f.get("scaling_vs_1_worker"), "{:.2f}x"),
+            *LAG_COLUMNS,
+        ],
+        [],  # the scaling column is the comparison; no h2ping/peer ratio
+    ),
 }
 INFLIGHT_COLUMNS: list[tuple[str, Getter, str]] = [
     ("ok", lambda f: f"{f['ok']}", "{}"),
@@ -47,7 +68,7 @@ INFLIGHT_COLUMNS: list[tuple[str, Getter, str]] = [
     ("peak MiB", lambda f: f["rss_peak_kib"] / 1024, "{:.1f}"),
     ("KiB/req", lambda f: f["rss_per_request_kib"], "{:.1f}"),
     ("pings/s", lambda f: f.get("pings_per_s"), "{:.1f}"),
-    ("loop lag", lambda f: f.get("loop_lag"), "{}"),
+    *LAG_COLUMNS,
 ]
 INFLIGHT_RATIOS = ["rss_per_request_kib"]
 

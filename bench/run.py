@@ -26,7 +26,7 @@ from typing import Any
 from procs import find_tool  # stdlib only, unlike the other bench modules
 
 BENCH_DIR = Path(__file__).resolve().parent
-DEFAULT_SCENARIOS = ("small_50", "latency_1", "transfer_16m", "inflight")
+DEFAULT_SCENARIOS = ("small_50", "latency_1", "transfer_16m", "inflight", "workers")
 ALL_SCENARIOS = (*DEFAULT_SCENARIOS, "inflight50k")
 # Aliases accepted by --scenarios, from the issue text.
 ALIASES = {"small": "small_50", "latency": "latency_1", "transfer": "transfer_16m"}
@@ -250,7 +250,7 @@ def print_summary(doc: dict[str, Any]) -> None:
             if record["summary"]:
                 pairs = " ".join(f"{k}={v}" for k, v in record["summary"].items())
                 print(f"{peer} summary ({record['scenario']}): {pairs}")
-            shown = record["log_problems"][:10] if peer == "h2ping" else []
+            shown = record["log_problems"][:10] if peer.startswith("h2ping") else []
             for line in shown:
                 print(f"{peer} log ({record['scenario']}): {line}")
             if record["log_problem_count"] > len(shown):

@@ -17,7 +17,7 @@ from typing import Any
 
 from load import LOAD_CPU, curl_transfer, h2load, latency_from_log
 from origin import BIG_SIZE, Origin
-from peers import Peer, start_peer, stop_peer
+from peers import LAG_INTERVAL, Peer, start_peer, stop_peer
 from procs import BenchError, Procs, tree_rss_kib
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -36,19 +36,30 @@ class Bench:
 
 
 PeerRun = Callable[[Bench, Peer], dict[str, Any]]
+PeerStart = Callable[[Bench, str], Peer]
 
 
 def _each_peer(
-    bench: Bench, scenario: str, names: list[str], run: PeerRun, ping_interval: str | None = None
+    bench: Bench,
+    scenario: str,
+    names: list[str],
+    run: PeerRun,
+    ping_interval: str | None = None,
+    start: PeerStart | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Start each peer fresh, run one measurement, stop it; a failure is noted, not fatal."""
+    """Start each peer fresh, run one measurement, stop it; a failure is noted, not fatal.
+
+    ``start(bench, name)`` replaces the default start-up (pinned to core 0)."""
     figures: dict[str, Any] = {}
     errors: dict[str, str] = {}
     for name in names:
         print(f"  {scenario}: {name} ...", flush=True)
         peer: Peer | None = None
         try:
-            peer = start_peer(name, bench.procs, bench.origin, ping_interval=ping_interval)
+            if start is None:
+                peer = start_peer(name, bench.procs, bench.origin, ping_interval=ping_interval)
+            else:
+                peer = start(bench, name)
             figures[name] = run(bench, peer)
         except BenchError as exc:
             errors[name] = str(exc)
@@ -66,26 +77,63 @@ def _stop_and_collect(bench: Bench, scenario: str, peer: Peer, figures: dict | N
         return
     text = peer.proc.log_path.read_text(errors="replace")
     problems = [line for line in text.splitlines() if any(m in line for m in PROBLEM_MARKS)]
-    summary = parse_summary(text)
-    record = {
+    per_worker = parse_summaries(text)
+    summary = merge_summaries(per_worker)
+    record: dict[str, Any] = {
         "scenario": scenario,
         "exit_code": rc,
         "summary": summary,
         "log_problems": problems[:50],  # the baseline logs one traceback per cut client
         "log_problem_count": len(problems),
     }
+    if len(per_worker) > 1:
+        record["worker_summaries"] = per_worker
     bench.summaries.setdefault(peer.name, []).append(record)
     if figures is not None and summary:
         figures["proxy_summary"] = summary
+        if len(per_worker) > 1:
+            figures["worker_summaries"] = per_worker
+        if "loop_lag_p99" in summary:
+            figures["loop_lag_p99_ms"] = _ms(summary["loop_lag_p99"])
+            figures["loop_lag_max_ms"] = _ms(summary["loop_lag_max"])
 
 
-def parse_summary(log_text: str) -> dict[str, str]:
-    """key=value pairs of h2ping's ``stopped: requests=... pings_sent=...`` line."""
-    for line in reversed(log_text.splitlines()):
-        if "stopped: " in line:
-            pairs = line.split("stopped: ", 1)[1].split()
-            return dict(pair.split("=", 1) for pair in pairs if "=" in pair)
-    return {}
+def parse_summaries(log_text: str) -> dict[str, dict[str, str]]:
+    """Per instance name, the key=value pairs of h2ping's last ``stopped: requests=...``
+    line. One entry per process: ``--workers N`` logs one line per worker, named
+    ``<name>/1`` ... ``<name>/N`` (text format: ``<time> INFO h2ping <name>: stopped: ...``).
+    """
+    found: dict[str, dict[str, str]] = {}
+    for line in log_text.splitlines():
+        head, sep, rest = line.partition(": stopped: ")
+        if not sep:
+            continue
+        name = head.rsplit(" h2ping ", 1)[-1]
+        found[name] = dict(pair.split("=", 1) for pair in rest.split() if "=" in pair)
+    return found
+
+
+def merge_summaries(per_worker: dict[str, dict[str, str]]) -> dict[str, str]:
+    """One summary for the whole proxy: counters summed over the workers, loop lag (and
+    ping RTT) the worst worker's. With one process, its summary unchanged."""
+    if len(per_worker) <= 1:
+        return next(iter(per_worker.values()), {})
+    merged: dict[str, str] = {}
+    for summary in per_worker.values():
+        for key, value in summary.items():
+            if key not in merged:
+                merged[key] = value
+            elif value.isdigit() and merged[key].isdigit():
+                merged[key] = str(int(merged[key]) + int(value))
+            elif value.endswith("ms") and merged[key].endswith("ms"):
+                merged[key] = max(merged[key], value, key=_ms)
+    merged["workers"] = str(len(per_worker))
+    return merged
+
+
+def _ms(value: str) -> float:
+    """``1.2ms`` -> 1.2 (h2ping prints loop lag and PING RTT in milliseconds)."""
+    return float(value.removesuffix("ms"))
 
 
 # 1. small requests, 50 connections ---------------------------------------------------------
@@ -103,7 +151,61 @@ def small_50(bench: Bench) -> dict[str, Any]:
         return result
 
     params = {"clients": 50, "duration_s": duration, "warmup_s": warmup, "path": "/tiny"}
+    params["h2ping_loop_lag_interval"] = LAG_INTERVAL
     figures, errors = _each_peer(bench, "small_50", bench.peers, run)
+    return {"params": params, "peers": figures, "errors": errors}
+
+
+# 6. small requests, 50 connections: h2ping --workers 1 vs 2 ---------------------------------
+
+WORKER_COUNTS = (1, 2)
+
+
+def workers(bench: Bench) -> dict[str, Any]:
+    """small_50's load against h2ping with 1 and with 2 worker processes.
+
+    Nothing is pinned: with 2 workers on a 2-core machine the proxy needs both cores,
+    so h2load (one thread), nginx and h2ping share them in both runs alike."""
+    duration, warmup = (4.0, 1.0) if bench.quick else (10.0, 2.0)
+    names = ["direct-h1"] if "direct-h1" in bench.peers else []
+    if "h2ping" in bench.peers:
+        names += [f"h2ping-w{count}" for count in WORKER_COUNTS]
+
+    def start(bench: Bench, label: str) -> Peer:
+        name, _, count = label.partition("-w")
+        return start_peer(
+            name, bench.procs, bench.origin, workers=int(count or 1), cpu=None, label=label
+        )
+
+    def run(bench: Bench, peer: Peer) -> dict[str, Any]:
+        url = peer.url + "/tiny"
+        result = h2load(url, h1=True, clients=50, duration=duration, warmup=warmup, cpu=None)
+        if result.get("requests_failed") or result.get("requests_errored"):
+            result["warning"] = "h2load counted failed/errored requests"
+        return result
+
+    params = {
+        "clients": 50,
+        "duration_s": duration,
+        "warmup_s": warmup,
+        "path": "/tiny",
+        "pinning": "none: h2load -t 1, h2ping (all workers) and nginx float over all cores",
+        "h2ping_loop_lag_interval": LAG_INTERVAL,
+        "scaling_target": 1.7,
+    }
+    figures, errors = _each_peer(bench, "workers", names, run, start=start)
+    one = figures.get("h2ping-w1", {}).get("req_per_s")
+    for label, peer_figures in figures.items():
+        if not label.startswith("h2ping-w"):
+            continue
+        if one:
+            peer_figures["scaling_vs_1_worker"] = peer_figures["req_per_s"] / one
+        count = int(label.partition("-w")[2])
+        per_worker = peer_figures.get("worker_summaries", {})
+        logged = len(per_worker) if per_worker else int("proxy_summary" in peer_figures)
+        if count > 1 and logged != count:
+            # A worker that died (or was killed) logs no summary: its lag is missing.
+            errors[label] = f"{logged} of {count} workers logged their shutdown summary"
     return {"params": params, "peers": figures, "errors": errors}
 
 
@@ -186,6 +288,7 @@ def _check_transfer(result: dict[str, Any], body_ok: Callable[[dict[str, Any]], 
 
 def inflight(bench: Bench, n: int, seconds: int) -> dict[str, Any]:
     params = {"n": n, "seconds": seconds, "h2ping_ping_interval": "1s", "rss": "VmRSS, tree"}
+    params["h2ping_loop_lag_interval"] = LAG_INTERVAL
     _, nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
     proxies = [name for name in bench.peers if not name.startswith("direct")]
     if n + 1000 > nofile:
@@ -288,8 +391,6 @@ def _window_peak(samples: list[tuple[float, int]], report: dict[str, Any]) -> in
 
 def _add_ping_rate(figures: dict[str, Any], name: str) -> None:
     summary = figures.get("proxy_summary", {})
-    lag = [v for k, v in summary.items() if "lag" in k]
-    figures["loop_lag"] = lag[0] if lag else "n/a"
     if name != "h2ping" or "pings_sent" not in summary:
         figures["pings_per_s"] = None
         return
