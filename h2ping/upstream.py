@@ -47,6 +47,8 @@ STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 64 * 1024 * 1024
 #: Resume the client's reads once a stream's unsent request body drops below this.
 SEND_LOW_WATER = 64 * 1024
+#: At most this much request body becomes DATA frames per callback.
+PUMP_BATCH = 256 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
 
@@ -151,7 +153,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._ready: asyncio.Future[None] = self._loop.create_future()
         self._transport: asyncio.Transport | None = None
         self._flush_scheduled = False
-        self._blocked: set[UpstreamStream] = set()  # streams with body waiting on windows
+        self._blocked: set[UpstreamStream] = set()  # streams whose body waits to be sent
+        self._write_paused = False
+        self._pumps_scheduled = False
         self._stats = stats
         self._frames = FrameSplitter()
         self._liveness_timeout = config.ping_timeout
@@ -414,8 +418,12 @@ class UpstreamConnection(asyncio.Protocol):
         h2conn = self._h2
         queue = stream._outq
         was_high = stream.pending_bytes >= SEND_LOW_WATER
+        budget = PUMP_BATCH  # per call: a large window must not stall the event loop
         try:
-            while queue:
+            while queue and not self._write_paused:
+                if budget <= 0:
+                    self._schedule_pumps()
+                    break
                 window = h2conn.local_flow_control_window(stream.stream_id)
                 if window <= 0:
                     break
@@ -427,6 +435,7 @@ class UpstreamConnection(asyncio.Protocol):
                     queue[0] = chunk[size:]
                     chunk = chunk[:size]
                 stream.pending_bytes -= size
+                budget -= size
                 last = stream._end_pending and not queue
                 h2conn.send_data(stream.stream_id, chunk, end_stream=last)
                 if last:
@@ -446,6 +455,29 @@ class UpstreamConnection(asyncio.Protocol):
         self._schedule_flush()
         if was_high and stream.pending_bytes < SEND_LOW_WATER:
             stream.sink.on_send_ready()
+
+    def _schedule_pumps(self) -> None:
+        if not self._pumps_scheduled:
+            self._pumps_scheduled = True
+            self._loop.call_soon(self._pump_blocked)
+
+    def _pump_blocked(self) -> None:
+        """Carry on with every stream whose body waits (next loop turn, or when
+        the upstream socket drains)."""
+        self._pumps_scheduled = False
+        for stream in list(self._blocked):
+            if self._write_paused:
+                break
+            if not stream.closed:
+                self._pump(stream)
+
+    def pause_writing(self) -> None:
+        # The socket buffer is full: stop turning request bodies into frames.
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._pump_blocked()
 
     def _on_window_update(self, stream_id: int) -> None:
         if stream_id:
