@@ -59,6 +59,7 @@ class Exchange:
         "_proxy",
         "_replayable",
         "_request",
+        "_status",
         "_stream",
         "_task",
         "_unacked",
@@ -78,6 +79,7 @@ class Exchange:
         self._stream: UpstreamStream | None = None
         self._fields: list[Header] = []
         self._backoff: asyncio.TimerHandle | None = None
+        self._status = 0  # of the upstream's response, once it arrived
         self._body_ended = not request.has_body
         self._unsent: list[bytes] = []  # body received before a stream existed
         self._unsent_bytes = 0
@@ -154,6 +156,7 @@ class Exchange:
                 UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"malformed response header block: {exc}")
             )
             return
+        self._status = status
         self._proxy.stats.count_response(status)
         # Headers mean the upstream took the request: no replay from here on.
         self._not_replayable("the response had begun")
@@ -275,6 +278,9 @@ class Exchange:
         )
 
     def _fail(self, error: UpstreamError) -> None:
+        if self._writer.started and self._writer.retract():
+            # Nothing of the response reached the client yet: a 502 can stand in.
+            self._proxy.stats.responses[f"{self._status // 100}xx"] -= 1
         if self._writer.started:
             log.warning("%s: response aborted after headers: %s", self._where(), error)
             self._proxy.stats.aborted += 1

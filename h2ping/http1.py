@@ -36,8 +36,11 @@ class ResponseSink(Protocol):
     """The connection a :class:`ResponseWriter` writes to."""
 
     write_paused: bool
+    flushes: int  # how many times queued output went to the socket
 
     def send(self, *parts: bytes) -> None: ...
+    def unqueue(self, mark: int) -> None: ...
+    def queued(self) -> int: ...
     def response_done(self, writer: ResponseWriter) -> None: ...
     def abort(self) -> None: ...
     def pause_reading(self) -> None: ...
@@ -118,13 +121,14 @@ class Request:
 class ResponseWriter:
     """Writes one response to the client, choosing its HTTP/1.1 framing."""
 
-    __slots__ = ("_chunked", "_conn", "_no_body", "_request", "finished", "started")
+    __slots__ = ("_chunked", "_conn", "_mark", "_no_body", "_request", "finished", "started")
 
     def __init__(self, conn: ResponseSink, request: Request) -> None:
         self._conn = conn
         self._request = request
         self._chunked = False
         self._no_body = False
+        self._mark = (0, 0)
         self.started = False
         self.finished = False
 
@@ -146,6 +150,7 @@ class ResponseWriter:
         (HTTP/1.1) or delimited by closing the connection (HTTP/1.0)."""
         request = self._request
         self.started = True
+        self._mark = (self._conn.flushes, self._conn.queued())
         self._no_body = request.method == b"HEAD" or status in (204, 304) or 100 <= status < 200
         has_length = any(name == b"content-length" for name, _ in headers)
         if not self._no_body and not has_length:
@@ -188,6 +193,17 @@ class ResponseWriter:
         if self._chunked:
             self._conn.send(b"0\r\n\r\n")
         self._conn.response_done(self)
+
+    def retract(self) -> bool:
+        """Take back a response none of which has reached the socket yet, so an
+        error response can take its place. False once any of it went out."""
+        flushes, queued = self._mark
+        if not self.started or self.finished or self._conn.flushes != flushes:
+            return False
+        self._conn.unqueue(queued)
+        self.started = False
+        self._chunked = self._no_body = False
+        return True
 
     def abort(self) -> None:
         """Cut the connection so the client sees a truncated response, never a

@@ -85,6 +85,7 @@ class ClientConnection(asyncio.Protocol):
         self._closing = False
         self._reading_paused = False
         self.write_paused = False
+        self.flushes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
         self._on_deadline: Callable[[], None] | None = None
@@ -319,7 +320,15 @@ class ClientConnection(asyncio.Protocol):
         self._flush_scheduled = False
         if self._out and self._transport is not None and not self._transport.is_closing():
             out, self._out = self._out, []
+            self.flushes += 1
             self._transport.writelines(out)
+
+    def queued(self) -> int:
+        return len(self._out)
+
+    def unqueue(self, mark: int) -> None:
+        """Drop output queued since ``mark`` (a response being retracted)."""
+        del self._out[mark:]
 
     def response_done(self, writer: ResponseWriter) -> None:
         if not self._pending or self._pending[0][1] is not writer:
@@ -362,6 +371,9 @@ class ClientConnection(asyncio.Protocol):
         self._transport.close()
 
     def abort(self) -> None:
+        """Cut the connection after handing the socket what is queued: the client
+        sees the response end early, not its start vanish."""
+        self._flush()
         self._closing = True
         self._stop_timer()
         self._out.clear()

@@ -119,19 +119,26 @@ class RawUpstream:
         await self.stop()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # The script runs in a task of its own: stop() cancels that, never this
+        # server callback (asyncio reports a cancelled callback as an error).
         self.connections += 1
-        task = asyncio.current_task()
-        assert task is not None
+        task = asyncio.create_task(self._run_script(RawPeer(reader, writer)))
         self._tasks.add(task)
         try:
-            await self.script(RawPeer(reader, writer))
-            await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client hung up: often the point of the test
-        except Exception as exc:  # recorded for the test to inspect
-            self.errors.append(exc)
+            await task
+        except asyncio.CancelledError:
+            pass
         finally:
             self._tasks.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    async def _run_script(self, peer: RawPeer) -> None:
+        try:
+            await self.script(peer)
+            await peer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client hung up: often the point of the test
+        except Exception as exc:  # recorded for the test to inspect
+            self.errors.append(exc)
