@@ -13,7 +13,7 @@ example would cost more than the example), once on uvloop and once on asyncio's
 own loop. CI runs a few hundred examples per loop, derandomized and without a
 database, so a run is reproducible. The long run explores at random:
 
-    H2PING_FUZZ_EXAMPLES=5000 pytest -q tests/test_fuzz.py
+    FUZZ_EXAMPLES=5000 pytest -q tests/test_fuzz.py
 
 The tests at the end are bugs the fuzzers (and the soak, bench/soak.py) found,
 each reduced to a minimal case and kept as a regression test.
@@ -46,7 +46,7 @@ from hypothesis import strategies as st
 from h2ping import Proxy
 from h2ping.testing import IdleCutRelay, RawPeer, RawUpstream, ScriptedRequest, ScriptedUpstream
 
-LONG_RUN = int(os.environ.get("H2PING_FUZZ_EXAMPLES", "0"))
+LONG_RUN = int(os.environ.get("FUZZ_EXAMPLES", "0"))
 
 
 def fuzz_settings(ci_examples: int) -> Callable[[Any], Any]:
