@@ -40,6 +40,10 @@ async def h2ping_process(*args: str) -> AsyncIterator[asyncio.subprocess.Process
             await proc.wait()
 
 
+def proxy_flags(port: int, upstream: str, tls: TLSFiles) -> list[str]:
+    return ["-listen", f"127.0.0.1:{port}", "-upstream", upstream, "-ca-file", tls.ca_file]
+
+
 async def read_line_with(proc: asyncio.subprocess.Process, needle: str, timeout: float = 10) -> str:
     assert proc.stderr is not None
     async with asyncio.timeout(timeout):
@@ -111,16 +115,7 @@ async def test_sigterm_drains_in_flight_request(tls: TLSFiles) -> None:
     port = free_port()
     async with (
         run_hypercorn(slow_app, tls) as url,
-        h2ping_process(
-            "-listen",
-            f"127.0.0.1:{port}",
-            "-upstream",
-            url,
-            "-ca-file",
-            tls.ca_file,
-            "-shutdown-grace",
-            "10s",
-        ) as proc,
+        h2ping_process(*proxy_flags(port, url, tls), "-shutdown-grace", "10s") as proc,
         aiohttp.ClientSession() as session,
     ):
         await read_line_with(proc, "listening on")
@@ -147,16 +142,7 @@ async def test_grace_expiry_cuts_and_exits_0(tls: TLSFiles) -> None:
     port = free_port()
     async with (
         run_hypercorn(never, tls) as url,
-        h2ping_process(
-            "-listen",
-            f"127.0.0.1:{port}",
-            "-upstream",
-            url,
-            "-ca-file",
-            tls.ca_file,
-            "-shutdown-grace",
-            "500ms",
-        ) as proc,
+        h2ping_process(*proxy_flags(port, url, tls), "-shutdown-grace", "500ms") as proc,
         aiohttp.ClientSession() as session,
     ):
         await read_line_with(proc, "listening on")

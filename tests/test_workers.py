@@ -15,14 +15,20 @@ from h2ping.testing import ScriptedUpstream
 from .conftest import free_port, wait_for_port
 
 
+async def start_workers(
+    port: int, upstream: str, workers: int, *, start_new_session: bool = False
+) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "h2ping", "-listen", f"127.0.0.1:{port}",
+        "-upstream", upstream, "-workers", str(workers),
+        stderr=asyncio.subprocess.PIPE, start_new_session=start_new_session,
+    )  # fmt: skip
+
+
 async def test_two_workers_share_the_port_and_drain_on_sigterm() -> None:
     async with ScriptedUpstream() as up:
         port = free_port()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "h2ping", "-listen", f"127.0.0.1:{port}",
-            "-upstream", up.url, "-workers", "2",
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        proc = await start_workers(port, up.url, 2)
         try:
             assert proc.stderr is not None
             lines = [
@@ -54,11 +60,7 @@ async def test_workers_exit_1_when_the_port_is_taken() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "h2ping", "-listen", f"127.0.0.1:{port}",
-            "-upstream", "https://127.0.0.1:1", "-workers", "3",
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        proc = await start_workers(port, "https://127.0.0.1:1", 3)
         _, stderr = await asyncio.wait_for(proc.communicate(), 10)
     assert proc.returncode == 1
     assert b"address already in use" in stderr
@@ -78,11 +80,7 @@ async def test_ctrl_c_to_the_process_group_drains_once() -> None:
     worker must still drain and exit 0, not take it as a second signal."""
     async with ScriptedUpstream() as up:
         port = free_port()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "h2ping", "-listen", f"127.0.0.1:{port}",
-            "-upstream", up.url, "-workers", "2",
-            stderr=asyncio.subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
+        proc = await start_workers(port, up.url, 2, start_new_session=True)
         try:
             assert proc.stderr is not None
             for _ in range(2):
@@ -102,11 +100,7 @@ async def test_ctrl_c_to_the_process_group_drains_once() -> None:
 async def test_workers_die_with_their_parent() -> None:
     async with ScriptedUpstream() as up:
         port = free_port()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "h2ping", "-listen", f"127.0.0.1:{port}",
-            "-upstream", up.url, "-workers", "2",
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        proc = await start_workers(port, up.url, 2)
         assert proc.stderr is not None
         for _ in range(2):
             await asyncio.wait_for(proc.stderr.readline(), 10)
