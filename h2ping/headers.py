@@ -49,7 +49,7 @@ def _connection_tokens(headers: Iterable[Header]) -> set[bytes]:
     """Names listed in ``Connection``: also hop-by-hop for this message."""
     tokens: set[bytes] = set()
     for name, value in headers:
-        if name.lower() == b"connection":
+        if name == b"connection":
             tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
     return tokens
 
@@ -75,7 +75,8 @@ def request_path(target: bytes) -> bytes:
 def request_headers(
     method: bytes, target: bytes, headers: list[Header], upstream: Upstream
 ) -> list[Header]:
-    """Map a parsed HTTP/1.1 request head to an HTTP/2 header list.
+    """Map a parsed HTTP/1.1 request head to an HTTP/2 header list. Field names
+    come lowercased from the listener.
 
     The result is sent without h2's own validation and normalization (they cost a
     large share of the CPU per request), so it must already be what they would
@@ -91,21 +92,20 @@ def request_headers(
         (b":path", request_path(target)),
     ]
     for name, value in headers:
-        lname = name.lower()
-        if lname == b"te":
+        if name == b"te":
             # The only TE an HTTP/2 request may carry (RFC 9113 8.2.2).
             if b"trailers" in (t.strip().lower() for t in value.split(b",")):
                 out.append((b"te", b"trailers"))
             continue
-        if lname in HOP_BY_HOP or lname in dropped:
+        if name in HOP_BY_HOP or name in dropped:
             continue
         # llhttp drops leading whitespace but keeps trailing (RFC 9110 5.5: not
         # part of the value).
         value = value.rstrip(b" \t")
-        if lname in _NEVER_INDEXED or (lname == b"cookie" and len(value) < _SHORT_COOKIE):
-            out.append(NeverIndexedHeaderTuple(lname, value))
+        if name in _NEVER_INDEXED or (name == b"cookie" and len(value) < _SHORT_COOKIE):
+            out.append(NeverIndexedHeaderTuple(name, value))
         else:
-            out.append((lname, value))
+            out.append((name, value))
     return out
 
 

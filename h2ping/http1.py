@@ -58,7 +58,7 @@ def check_head(method: bytes, version: str, headers: list[Header]) -> None:
     codings = [
         coding.strip().lower()
         for name, value in headers
-        if name.lower() == b"transfer-encoding"
+        if name == b"transfer-encoding"
         for coding in value.split(b",")
     ]
     if codings and codings != [b"chunked"]:
@@ -102,13 +102,12 @@ class Request:
         self.content_length: int | None = None
         self.chunked = False
         self.body_complete = False
-        for name, value in headers:
-            lname = name.lower()
-            if lname == b"content-length":
+        for name, value in headers:  # names are lowercase (the listener's doing)
+            if name == b"content-length":
                 self.content_length = int(value)  # llhttp has checked the digits
-            elif lname == b"transfer-encoding":
+            elif name == b"transfer-encoding":
                 self.chunked = True
-            elif lname == b"expect" and value.strip().lower() == b"100-continue":
+            elif name == b"expect" and value.strip().lower() == b"100-continue":
                 self.expect_continue = True
         self.has_body = self.chunked or bool(self.content_length)
 

@@ -194,7 +194,8 @@ class ClientConnection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._continuing:
             return
-        self._headers.append((name, value))
+        # Lowercased once here: HTTP/2 wants it, and every later rule compares it.
+        self._headers.append((name.lower(), value))
         self._head_size += len(name) + len(value) + 4  # ": " and CRLF
         if self._head_size > MAX_HEAD_BYTES:
             raise RequestRejected(431, f"request head larger than {MAX_HEAD_BYTES} bytes")

@@ -35,7 +35,7 @@ class Liveness:
         is called once, when the peer is declared dead."""
         self._loop = asyncio.get_running_loop()
         self._interval = interval
-        self._timeout = timeout
+        self.timeout = timeout
         self._send_ping = send_ping
         self._on_dead = on_dead
         self._stats = stats
@@ -76,8 +76,8 @@ class Liveness:
         if sent_at is not None:
             if self.last_read >= sent_at:
                 self._sent_at = None  # something arrived after the PING: alive
-            elif now - sent_at < self._timeout:
-                self._schedule(sent_at + self._timeout)
+            elif now - sent_at < self.timeout:
+                self._schedule(sent_at + self.timeout)
                 return
             elif not self._confirming:
                 self._confirming = True
@@ -99,4 +99,4 @@ class Liveness:
         self._send_ping(self._payload)
         self._stats.pings_sent += 1
         # Look again after an interval: an ACK by then restarts the idle clock.
-        self._schedule(now + min(self._interval, self._timeout))
+        self._schedule(now + min(self._interval, self.timeout))

@@ -158,7 +158,6 @@ class UpstreamConnection(asyncio.Protocol):
         self._pumps_scheduled = False
         self._stats = stats
         self._frames = FrameSplitter()
-        self._liveness_timeout = config.ping_timeout
         self._liveness = Liveness(
             config.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
         )
@@ -169,7 +168,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._on_age = on_age
         self._age_timer: asyncio.TimerHandle | None = None
         # headers.request_headers produces what h2's outbound checks would: skip them.
-        config = h2.config.H2Configuration(
+        h2_config = h2.config.H2Configuration(
             client_side=True,
             header_encoding=None,
             validate_outbound_headers=False,
@@ -178,7 +177,7 @@ class UpstreamConnection(asyncio.Protocol):
             validate_inbound_headers=False,
             normalize_inbound_headers=False,
         )
-        self._h2 = h2.connection.H2Connection(config=config)
+        self._h2 = h2.connection.H2Connection(config=h2_config)
 
     # ----------------------------------------------------------------- capacity
 
@@ -187,10 +186,6 @@ class UpstreamConnection(asyncio.Protocol):
         if self.state is not ConnState.OPEN:
             return 0
         return self.max_streams - len(self.streams) - self.reserved
-
-    @property
-    def is_idle(self) -> bool:
-        return not self.streams and not self.reserved
 
     def open_stream(
         self, headers: list[Header], sink: StreamSink, *, end_stream: bool
@@ -538,7 +533,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.id,
             silent_for,
             since_ping,
-            self._liveness_timeout,
+            self._liveness.timeout,
             len(self.streams),
         )
         error = UpstreamError(
