@@ -186,21 +186,12 @@ async def test_other_connections_are_untouched() -> None:
 async def test_reset_storm_fails_only_the_reset_stream(session: aiohttp.ClientSession) -> None:
     """RST_STREAM for ours and thousands of streams that never existed: our stream
     fails, the connection itself stays usable."""
-    requests = 0
 
-    async def script(peer: RawPeer) -> None:
-        nonlocal requests
-        await peer.handshake()
-        while True:
-            stream_id, _ = await peer.read_request()
-            requests += 1
-            if requests == 1:
-                storm = (RstStreamFrame(sid, error_code=8).serialize() for sid in range(1, 4001, 2))
-                peer.send(b"".join(storm))
-            else:
-                await answer_well(peer, stream_id)
+    async def storm(peer: RawPeer, stream_id: int) -> None:
+        resets = (RstStreamFrame(sid, error_code=8).serialize() for sid in range(1, 4001, 2))
+        peer.send(b"".join(resets))
 
-    async with RawUpstream(script) as up, running_proxy(up.url) as proxy:
+    async with RawUpstream(first_request_misbehaves(storm)) as up, running_proxy(up.url) as proxy:
         async with session.get(proxy.url + "/x") as resp:
             assert resp.status == 502
             assert "stream reset by upstream (CANCEL)" in resp.headers["proxy-status"]
