@@ -187,6 +187,8 @@ class Config:
     shutdown_grace: float = 60.0
     retry_body_limit: int = 16 * 1024 * 1024
     max_conn_age: float = 50 * 60.0
+    # Close a connection that has carried no stream this long, as Go's transport does.
+    idle_conn_timeout: float = 90.0
     # The sum of all retry buffers; about average body size x requests in flight.
     max_buffered_bytes: int = 1024 * 1024 * 1024
     insecure_skip_verify: bool = False
@@ -208,6 +210,7 @@ class Config:
             ("ping-timeout", self.ping_timeout),
             ("shutdown-grace", self.shutdown_grace),
             ("max-conn-age", self.max_conn_age),
+            ("idle-conn-timeout", self.idle_conn_timeout),
             ("connect-timeout", self.connect_timeout),
             ("header-timeout", self.header_timeout),
             ("loop-lag-interval", self.loop_lag_interval),
@@ -235,6 +238,8 @@ class Config:
                 f"must be below {format_duration(MAX_CONN_AGE_CEILING_SECONDS)}, "
                 "the load balancer's keep-alive (0s disables)",
             )
+        if self.idle_conn_timeout < 0:
+            raise ConfigError("idle-conn-timeout", "must not be negative (0 keeps them)")
         if self.max_buffered_bytes < 0:
             raise ConfigError("max-buffered-bytes", "must not be negative (0 keeps no bodies)")
         if not 1 <= self.workers <= 256:

@@ -131,6 +131,8 @@ _FLAGS: tuple[_Flag, ...] = (
           "a connection silent this long after a PING is dead"),
     _Flag("max-conn-age", "Lifecycle", _DUR, "duration",
           "retire a connection near this age; <1h, 0s disables"),
+    _Flag("idle-conn-timeout", "Lifecycle", _DUR, "duration",
+          "close a connection idle this long; 0 keeps it"),
     _Flag("shutdown-grace", "Lifecycle", _DUR, "duration",
           "time in-flight requests get to finish on SIGTERM"),
     _Flag("retry-body-limit", "Lifecycle", _parse_int, "bytes",
