@@ -35,9 +35,6 @@ from .stats import Stats
 
 log = logging.getLogger("h2ping.listener")
 
-#: Pause reading the client once this much of its body waits to be sent upstream.
-RECV_HIGH_WATER = 256 * 1024
-
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n"
 
 

@@ -16,13 +16,12 @@ from typing import Any
 from .admin import AdminServer
 from .config import Config, parse_listen, parse_upstream
 from .errors import UpstreamError
-from .exchange import Exchange
+from .exchange import Exchange, ExchangeContext
 from .http1 import Request, ResponseWriter
 from .lag import LagMonitor
 from .listener import ClientConnection, ListenerLimits
 from .pool import Pool
 from .retry import RetryBudget
-from .sockets import raise_nofile_limit
 from .stats import Stats
 from .upstream import ConnState
 
@@ -66,7 +65,8 @@ class Proxy:
         self.clients: set[ClientConnection] = set()
         self._ssl_context = ssl_context
         self._server: asyncio.Server | None = None
-        self.pool: Pool | None = None  # type: ignore[assignment]
+        self.pool: Pool | None = None
+        self._exchange_context: ExchangeContext | None = None  # once started
         self.admin: AdminServer | None = None  # with config.admin_listen, once started
         self.lag: LagMonitor | None = None  # with config.loop_lag_interval, once started
         self.port = 0
@@ -101,13 +101,25 @@ class Proxy:
         return f"{self.config.listen.host}:{self.port}"
 
     async def start(self) -> None:
-        """Bind the listening socket (raises ``OSError`` if the port is taken)."""
-        raise_nofile_limit()
+        """Bind the listening socket (raises ``OSError`` if the port is taken).
+
+        Each in-flight request holds a client socket: a program expecting thousands
+        should raise its open-file limit first (see :func:`h2ping.sockets.raise_nofile_limit`;
+        the command does).
+        """
         config = self.config
         context = self._ssl_context
         if context is None and config.upstream.tls:
             context = make_ssl_context(config)
         self.pool = Pool(config, context, self.stats)
+        self._exchange_context = ExchangeContext(
+            pool=self.pool,
+            upstream=config.upstream,
+            retry_body_limit=config.retry_body_limit,
+            retry_budget=self.retry_budget,
+            stats=self.stats,
+            live=self.exchanges,
+        )
         loop = asyncio.get_running_loop()
         limits = ListenerLimits(config.header_timeout, config.client_idle_timeout)
         self._server = await loop.create_server(
@@ -152,8 +164,9 @@ class Proxy:
         return None
 
     def _new_exchange(self, request: Request, writer: ResponseWriter) -> Exchange:
+        assert self._exchange_context is not None  # the listener exists only once started
         self.stats.requests += 1
-        return Exchange(self, request, writer)
+        return Exchange(self._exchange_context, request, writer)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting, let in-flight requests finish for up to ``grace`` seconds,
