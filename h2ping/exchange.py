@@ -54,7 +54,7 @@ class ExchangeContext:
     retry_body_limit: int
     retry_budget: RetryBudget
     stats: Stats
-    live: set[Exchange]  # exchanges started and not yet finished
+    live: set[Exchange]  # not yet finished (a pipelined one waiting its turn included)
 
 
 class Exchange:
@@ -82,6 +82,7 @@ class Exchange:
 
     def __init__(self, ctx: ExchangeContext, request: Request, writer: ResponseWriter) -> None:
         self._ctx = ctx
+        ctx.live.add(self)
         self._request = request
         self._writer = writer
         self._task: asyncio.Task[None] | None = None
@@ -107,7 +108,6 @@ class Exchange:
     # ----------------------------------------------------------------- listener side
 
     def start(self) -> None:
-        self._ctx.live.add(self)
         request = self._request
         self._fields = request_headers(
             request.method, request.target, request.headers, self._ctx.upstream
@@ -149,9 +149,25 @@ class Exchange:
         self._unacked = 0
 
     def cancel(self) -> None:
-        """The client went away: stop everything, leave nothing behind."""
+        """The client went away."""
         if not self._finished:
             self._ctx.stats.cancelled += 1
+        self._stop()
+
+    def reject(self) -> None:
+        """The request body was malformed: the listener answers it with a 4xx."""
+        if not self._finished:
+            self._ctx.stats.rejected += 1
+        self._stop()
+
+    def cut(self) -> None:
+        """The proxy is shutting down and the grace period is over."""
+        if not self._finished:
+            self._ctx.stats.cut_at_shutdown += 1
+        self._stop()
+
+    def _stop(self) -> None:
+        """Stop everything, leave nothing behind."""
         if self._stream is not None:
             self._stream.cancel()
             self._stream = None
@@ -279,9 +295,11 @@ class Exchange:
         self._unsent.clear()
         self._ctx.live.discard(self)
 
-    def _where(self) -> str:
+    def _where(self, error: UpstreamError | None = None) -> str:
         """``METHOD /path conn=N stream=M`` for log lines (what is known so far)."""
         where = self._request.describe()
+        if error is not None and error.conn_id and error.conn_id != self.conn_id:
+            return f"{where} conn={error.conn_id}"  # dialled for this request, never reached
         if self.conn_id:
             where += f" conn={self.conn_id}"
         if self.stream_id:
@@ -301,8 +319,12 @@ class Exchange:
         if self._writer.started and self._writer.retract():
             # Nothing of the response reached the client yet: a 502 can stand in.
             stats.responses[f"{self._status // 100}xx"] -= 1
+        # One line per failed request: the request, the connection, the cause.
+        cause = {"cause": error.error}
         if self._writer.started:
-            log.warning("%s: response aborted after headers: %s", self._where(), error)
+            log.warning(
+                "%s: response aborted after headers: %s", self._where(error), error, extra=cause
+            )
             stats.aborted += 1
             self._writer.abort()
             return
@@ -313,7 +335,7 @@ class Exchange:
             error = UpstreamError(
                 error.error, f"{error.detail}; gave up after {self._attempt} replays"
             )
-        log.warning("%s: 502 %s", self._where(), error)
+        log.warning("%s: 502 %s", self._where(error), error, extra=cause)
         stats.failed += 1
         stats.count_response(502)
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))

@@ -20,6 +20,7 @@ from .exchange import Exchange, ExchangeContext
 from .http1 import Request, ResponseWriter
 from .lag import LagMonitor
 from .listener import ClientConnection, ListenerLimits
+from .logs import plural
 from .pool import Pool
 from .retry import RetryBudget
 from .stats import Stats
@@ -65,6 +66,7 @@ class Proxy:
         self.clients: set[ClientConnection] = set()
         self._ssl_context = ssl_context
         self._server: asyncio.Server | None = None
+        self._draining = False  # stop() has begun
         self.pool: Pool | None = None
         self._exchange_context: ExchangeContext | None = None  # once started
         self.admin: AdminServer | None = None  # with config.admin_listen, once started
@@ -149,6 +151,8 @@ class Proxy:
         Ready means listening, and an upstream connection is open or one opens
         within ``timeout`` (it then stays in the pool for the next request).
         """
+        if self._draining:
+            return "draining"
         if self._server is None or not self._server.is_serving() or self.pool is None:
             return "not listening"
         if any(conn.state is ConnState.OPEN for conn in self.pool.connections):
@@ -165,7 +169,6 @@ class Proxy:
 
     def _new_exchange(self, request: Request, writer: ResponseWriter) -> Exchange:
         assert self._exchange_context is not None  # the listener exists only once started
-        self.stats.requests += 1
         return Exchange(self._exchange_context, request, writer)
 
     async def stop(self, grace: float | None = None) -> None:
@@ -173,6 +176,7 @@ class Proxy:
         then cut whatever is left and close the upstream connections."""
         if grace is None:
             grace = self.config.shutdown_grace
+        self._draining = True
         if self.lag is not None:
             self.lag.stop()
         if self._server is not None:
@@ -187,14 +191,15 @@ class Proxy:
             await asyncio.sleep(0.05)
         if self.clients:
             log.warning(
-                "shutdown grace of %gs expired: closing %d client connections",
+                "shutdown grace of %gs expired: cutting %s on %s",
                 grace,
-                len(self.clients),
+                plural(len(self.exchanges), "request"),
+                plural(len(self.clients), "client connection"),
             )
+        for exchange in list(self.exchanges):
+            exchange.cut()  # before their clients go, which would count them cancelled
         for client in list(self.clients):
             client.abort()
-        for exchange in list(self.exchanges):
-            exchange.cancel()
         if self.pool is not None:
             self.pool.close()
         if self.admin is not None:

@@ -37,6 +37,7 @@ from .errors import UpstreamError
 from .frames import FloodError, FrameSizeError, FrameSplitter
 from .headers import Header
 from .liveness import Liveness
+from .logs import plural
 from .sockets import set_tcp_keepalive
 from .stats import Stats
 
@@ -533,12 +534,12 @@ class UpstreamConnection(asyncio.Protocol):
     def _declare_dead(self, silent_for: float, since_ping: float) -> None:
         log.warning(
             "conn=%d dead: nothing received for %.1fs, %.1fs after a PING (ping-timeout %gs); "
-            "failing %d streams",
+            "failing %s",
             self.id,
             silent_for,
             since_ping,
             self._liveness.timeout,
-            len(self.streams),
+            plural(len(self.streams), "stream"),
         )
         error = UpstreamError(
             errors.CONNECTION_TERMINATED,
