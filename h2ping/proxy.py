@@ -189,12 +189,13 @@ class Proxy:
             if not self.clients or loop.time() >= deadline:
                 break
             await asyncio.sleep(0.05)
-        if self.clients:
+        busy = sum(not client.idle for client in self.clients)  # the rest are closing
+        if busy:
             log.warning(
                 "shutdown grace of %gs expired: cutting %s on %s",
                 grace,
                 plural(len(self.exchanges), "request"),
-                plural(len(self.clients), "client connection"),
+                plural(busy, "client connection"),
             )
         for exchange in list(self.exchanges):
             exchange.cut()  # before their clients go, which would count them cancelled
