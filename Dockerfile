@@ -1,13 +1,13 @@
 # syntax=docker/dockerfile:1
 # h2ping as a container sidecar:  docker build -t h2ping .
 #
-# The two pip commands are the README's "Install from a wheel" steps, word for word;
+# The two pip commands are the steps in the README's "Container" section, word for word;
 # tests/test_container.py checks that and runs them in a fresh venv.
 
 # --- build: turn the source into a wheel --------------------------------------------
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY h2ping/ h2ping/
 RUN pip wheel --no-deps -w wheels .
 

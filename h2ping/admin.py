@@ -237,18 +237,20 @@ class Metrics:
             "aborted": stats.aborted,
             "cancelled": stats.cancelled,
             "rejected": stats.rejected,
+            "cut_at_shutdown": stats.cut_at_shutdown,
         }
         family(
             "h2ping_requests_total",
             "counter",
             "Requests that ended, by outcome: ok; failed (answered 502); aborted (cut after "
-            "the response began); cancelled (the client left); rejected (malformed HTTP/1.1).",
+            "the response began); cancelled (the client left); rejected (malformed HTTP/1.1); "
+            "cut_at_shutdown (unfinished when the shutdown grace ran out).",
             [(f'{{outcome="{k}"}}', v) for k, v in outcomes.items()],
         )
         family(
             "h2ping_requests_in_flight",
             "gauge",
-            "Requests being forwarded right now.",
+            "Requests received and not yet finished.",
             [("", in_flight)],
         )
         classes = dict.fromkeys(("1xx", "2xx", "3xx", "4xx", "5xx"), 0)

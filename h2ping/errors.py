@@ -14,14 +14,18 @@ class UpstreamError(Exception):
     ``error`` is an RFC 9209 error type (section 2.3), ``detail`` a short plain text
     for logs and the ``details`` parameter. ``retryable`` marks failures where the
     upstream certainly did not process the request (GOAWAY above last_stream_id,
-    REFUSED_STREAM): only those may be replayed.
+    REFUSED_STREAM): only those may be replayed. ``conn_id`` names the connection
+    that failed when the request never got onto it (a failed connect), for logs.
     """
 
-    def __init__(self, error: str, detail: str, *, retryable: bool = False) -> None:
+    def __init__(
+        self, error: str, detail: str, *, retryable: bool = False, conn_id: int = 0
+    ) -> None:
         super().__init__(f"{error}: {detail}")
         self.error = error
         self.detail = detail
         self.retryable = retryable
+        self.conn_id = conn_id
 
 
 # RFC 9209 section 2.3 error types used by h2ping.

@@ -4,30 +4,30 @@ An :class:`Exchange` is the listener's request handler and the upstream stream's
 sink. Its task only waits for a stream slot and for the outcome; body bytes flow
 through callbacks in both directions, so there is no task or copy per chunk.
 
-Request bodies up to ``retry_body_limit`` are kept until response headers arrive,
-so a stream the upstream refused without processing it (REFUSED_STREAM, or above
-a GOAWAY's last_stream_id) can be replayed on another connection. Nothing else is
-replayed: the upstream may have acted on it.
+The request body is kept (:class:`~h2ping.retry.KeptBody`) until response
+headers arrive, so a stream the upstream refused without processing it
+(REFUSED_STREAM, or above a GOAWAY's last_stream_id) can be replayed on another
+connection. Nothing else is replayed: the upstream may have acted on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
-from typing import TYPE_CHECKING
 
 from h2.errors import ErrorCodes
 
 from . import errors
+from .config import Upstream
 from .errors import UpstreamError
 from .headers import Header, MalformedResponse, request_headers, response_head
 from .http1 import Request, ResponseWriter
-from .listener import RECV_HIGH_WATER
-from .upstream import UpstreamConnection, UpstreamStream
-
-if TYPE_CHECKING:
-    from .proxy import Proxy
+from .pool import Pool
+from .retry import BUDGET_REACHED, KeptBody, RetryBudget
+from .stats import Stats
+from .upstream import SEND_HIGH_WATER, UpstreamConnection, UpstreamStream
 
 log = logging.getLogger("h2ping.exchange")
 
@@ -45,25 +45,34 @@ def proxy_status(error: UpstreamError) -> str:
     return f'{PROXY_NAME}; error={error.error}; details="{detail}"'
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExchangeContext:
+    """What the exchanges of one proxy share; the proxy builds it once it has a pool."""
+
+    pool: Pool
+    upstream: Upstream  # becomes :scheme and :authority
+    retry_body_limit: int
+    retry_budget: RetryBudget
+    stats: Stats
+    live: set[Exchange]  # not yet finished (a pipelined one waiting its turn included)
+
+
 class Exchange:
     """Forwards one request and its response."""
 
     __slots__ = (
         "_attempt",
         "_backoff",
+        "_body",
         "_body_ended",
+        "_ctx",
         "_fields",
         "_finished",
-        "_kept",
-        "_kept_bytes",
-        "_proxy",
-        "_replayable",
         "_request",
         "_status",
         "_stream",
         "_task",
         "_unacked",
-        "_unreplayable_reason",
         "_unsent",
         "_unsent_bytes",
         "_writer",
@@ -71,8 +80,9 @@ class Exchange:
         "stream_id",
     )
 
-    def __init__(self, proxy: Proxy, request: Request, writer: ResponseWriter) -> None:
-        self._proxy = proxy
+    def __init__(self, ctx: ExchangeContext, request: Request, writer: ResponseWriter) -> None:
+        self._ctx = ctx
+        ctx.live.add(self)
         self._request = request
         self._writer = writer
         self._task: asyncio.Task[None] | None = None
@@ -83,40 +93,49 @@ class Exchange:
         self._body_ended = not request.has_body
         self._unsent: list[bytes] = []  # body received before a stream existed
         self._unsent_bytes = 0
-        self._kept: list[bytes] = []  # the whole body so far, while it may be replayed
-        self._kept_bytes = 0
-        self._replayable = True
+        self._body = KeptBody(ctx.retry_budget, ctx.retry_body_limit, request.content_length)
         self._finished = False
-        self._unreplayable_reason = ""
         self._unacked = 0  # response bytes written to the client, credit not yet returned
         self._attempt = 0
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
 
+    @property
+    def _replayable(self) -> bool:
+        """Whether a refused attempt could still be sent again (the body is kept)."""
+        return self._body.kept
+
     # ----------------------------------------------------------------- listener side
 
     def start(self) -> None:
-        self._proxy.exchanges.add(self)
         request = self._request
         self._fields = request_headers(
-            request.method, request.target, request.headers, self._proxy.config.upstream
+            request.method, request.target, request.headers, self._ctx.upstream
         )
         self._next_attempt()
 
     def feed_body(self, data: bytes) -> None:
         if self._finished:
             return  # the rest of a body the upstream no longer wants
-        if self._replayable:
-            self._keep(data)
+        body = self._body
+        if body.kept:
+            body.add(data)
+            if body.reason == BUDGET_REACHED:
+                log.warning(
+                    "%s: replay unavailable: kept request bodies reached max-buffered-bytes "
+                    "(%d bytes); this body streams through unkept",
+                    self._request.describe(),
+                    self._ctx.retry_budget.limit,
+                )
         stream = self._stream
         if stream is not None:
             stream.send(data)
-            if stream.pending_bytes > RECV_HIGH_WATER:
+            if stream.pending_bytes > SEND_HIGH_WATER:
                 self._writer.pause_reading()
         else:
             self._unsent.append(data)
             self._unsent_bytes += len(data)
-            if self._unsent_bytes > RECV_HIGH_WATER:
+            if self._unsent_bytes > SEND_HIGH_WATER:
                 self._writer.pause_reading()
 
     def end_body(self) -> None:
@@ -130,9 +149,25 @@ class Exchange:
         self._unacked = 0
 
     def cancel(self) -> None:
-        """The client went away: stop everything, leave nothing behind."""
+        """The client went away."""
         if not self._finished:
-            self._proxy.stats.cancelled += 1
+            self._ctx.stats.cancelled += 1
+        self._stop()
+
+    def reject(self) -> None:
+        """The request body was malformed: the listener answers it with a 4xx."""
+        if not self._finished:
+            self._ctx.stats.rejected += 1
+        self._stop()
+
+    def cut(self) -> None:
+        """The proxy is shutting down and the grace period is over."""
+        if not self._finished:
+            self._ctx.stats.cut_at_shutdown += 1
+        self._stop()
+
+    def _stop(self) -> None:
+        """Stop everything, leave nothing behind."""
         if self._stream is not None:
             self._stream.cancel()
             self._stream = None
@@ -157,9 +192,9 @@ class Exchange:
             )
             return
         self._status = status
-        self._proxy.stats.count_response(status)
+        self._ctx.stats.count_response(status)
         # Headers mean the upstream took the request: no replay from here on.
-        self._not_replayable("the response had begun")
+        self._body.give_up("the response had begun")
         self._writer.start(status, fields, has_body=not end_stream)
 
     def on_data(self, data: bytes, flow_controlled_length: int) -> None:
@@ -173,7 +208,7 @@ class Exchange:
 
     def on_end(self) -> None:
         self._stream = None
-        self._proxy.stats.completed += 1
+        self._ctx.stats.completed += 1
         self._finish()
         self._writer.end()
 
@@ -192,7 +227,7 @@ class Exchange:
 
     def _next_attempt(self) -> None:
         self._backoff = None
-        conn = self._proxy.pool.try_acquire()
+        conn = self._ctx.pool.try_acquire()
         if conn is None:
             self._task = asyncio.get_running_loop().create_task(self._wait_for_slot())
         else:
@@ -200,7 +235,7 @@ class Exchange:
 
     async def _wait_for_slot(self) -> None:
         try:
-            conn = await self._proxy.pool.acquire()
+            conn = await self._ctx.pool.acquire()
         except UpstreamError as exc:
             self._task = None
             self._attempt_failed(exc)
@@ -211,7 +246,7 @@ class Exchange:
     def _open_on(self, conn: UpstreamConnection) -> None:
         """Send the request on a slot reserved on ``conn``."""
         self.conn_id = conn.id
-        body = self._kept if self._attempt else self._unsent
+        body = self._body.chunks if self._attempt else self._unsent
         end_now = self._body_ended and not any(body)
         try:
             stream = conn.open_stream(self._fields, self, end_stream=end_now)
@@ -232,7 +267,7 @@ class Exchange:
         self._unsent_bytes = 0
         if self._body_ended and not end_now:
             stream.end()
-        if stream.pending_bytes < RECV_HIGH_WATER:
+        if stream.pending_bytes < SEND_HIGH_WATER:
             self._writer.resume_reading()
 
     def _attempt_failed(self, error: UpstreamError) -> None:
@@ -240,7 +275,7 @@ class Exchange:
             return
         if self._may_replay(error):
             self._attempt += 1
-            self._proxy.stats.replays += 1
+            self._ctx.stats.replays += 1
             log.info(
                 "%s: replaying (%s), attempt %d", self._where(), error.detail, self._attempt + 1
             )
@@ -256,13 +291,15 @@ class Exchange:
     def _finish(self) -> None:
         """The exchange is over: free what it holds and forget it."""
         self._finished = True
-        self._release_body()
+        self._body.release()
         self._unsent.clear()
-        self._proxy.exchanges.discard(self)
+        self._ctx.live.discard(self)
 
-    def _where(self) -> str:
+    def _where(self, error: UpstreamError | None = None) -> str:
         """``METHOD /path conn=N stream=M`` for log lines (what is known so far)."""
         where = self._request.describe()
+        if error is not None and error.conn_id and error.conn_id != self.conn_id:
+            return f"{where} conn={error.conn_id}"  # dialled for this request, never reached
         if self.conn_id:
             where += f" conn={self.conn_id}"
         if self.stream_id:
@@ -278,54 +315,27 @@ class Exchange:
         )
 
     def _fail(self, error: UpstreamError) -> None:
+        stats = self._ctx.stats
         if self._writer.started and self._writer.retract():
             # Nothing of the response reached the client yet: a 502 can stand in.
-            self._proxy.stats.responses[f"{self._status // 100}xx"] -= 1
+            stats.responses[f"{self._status // 100}xx"] -= 1
+        # One line per failed request: the request, the connection, the cause.
+        cause = {"cause": error.error}
         if self._writer.started:
-            log.warning("%s: response aborted after headers: %s", self._where(), error)
-            self._proxy.stats.aborted += 1
+            log.warning(
+                "%s: response aborted after headers: %s", self._where(error), error, extra=cause
+            )
+            stats.aborted += 1
             self._writer.abort()
             return
-        if error.retryable and not self._replayable:
-            self._proxy.stats.replays_refused_for_size += 1
-            error = UpstreamError(
-                error.error, f"{error.detail}; not retried: {self._unreplayable_reason}"
-            )
+        if error.retryable and not self._body.kept:
+            stats.replays_refused_for_size += 1
+            error = UpstreamError(error.error, f"{error.detail}; not retried: {self._body.reason}")
         elif error.retryable:
             error = UpstreamError(
                 error.error, f"{error.detail}; gave up after {self._attempt} replays"
             )
-        log.warning("%s: 502 %s", self._where(), error)
-        self._proxy.stats.failed += 1
-        self._proxy.stats.count_response(502)
+        log.warning("%s: 502 %s", self._where(error), error, extra=cause)
+        stats.failed += 1
+        stats.count_response(502)
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))
-
-    def _keep(self, data: bytes) -> None:
-        """Keep body bytes for a replay, within the per-request and global limits."""
-        proxy = self._proxy
-        if self._kept_bytes + len(data) > proxy.config.retry_body_limit:
-            self._not_replayable("request body larger than retry-body-limit")
-        elif not proxy.retry_budget.reserve(len(data)):
-            proxy.stats.unkept_bodies += 1
-            log.warning(
-                "%s: replay unavailable: kept request bodies reached max-buffered-bytes "
-                "(%d bytes); this body streams through unkept",
-                self._request.describe(),
-                proxy.retry_budget.limit,
-            )
-            self._not_replayable("kept request bodies reached max-buffered-bytes")
-        else:
-            self._kept.append(data)
-            self._kept_bytes += len(data)
-
-    def _not_replayable(self, reason: str) -> None:
-        self._release_body()
-        self._replayable = False
-        self._unreplayable_reason = reason
-
-    def _release_body(self) -> None:
-        """Free the kept body: it can no longer be needed (or never can be)."""
-        if self._kept_bytes:
-            self._proxy.retry_budget.release(self._kept_bytes)
-        self._kept.clear()
-        self._kept_bytes = 0

@@ -5,7 +5,7 @@ The parsing itself is llhttp's (through httptools), which already rejects bad
 tokens, control characters, obs-fold, bare CR, conflicting or malformed
 Content-Length and a Content-Length with Transfer-Encoding. :func:`check_head`
 adds the rules llhttp leaves to the application: the versions and transfer
-codings we support, ``CONNECT``, and the size limits.
+codings we support, ``CONNECT``, ``Host``, and the size limits.
 """
 
 from __future__ import annotations
@@ -21,6 +21,12 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADER_COUNT = 256
 
 _SUPPORTED_VERSIONS = ("1.0", "1.1")
+
+#: What a Host value may contain: uri-host and port (RFC 3986 reg-name, IP literals,
+#: pct-encoding), the same bytes Go's net/http accepts.
+_HOST_BYTES = frozenset(
+    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!$%&'()*+,-.:;=[]_~"
+)
 
 
 class RequestRejected(Exception):
@@ -55,6 +61,7 @@ def check_head(method: bytes, version: str, headers: list[Header]) -> None:
         raise RequestRejected(405, "CONNECT is not supported: h2ping forwards to one upstream")
     if len(headers) > MAX_HEADER_COUNT:
         raise RequestRejected(431, f"more than {MAX_HEADER_COUNT} header fields")
+    check_host([value for name, value in headers if name == b"host"], version)
     codings = [
         coding.strip().lower()
         for name, value in headers
@@ -65,6 +72,19 @@ def check_head(method: bytes, version: str, headers: list[Header]) -> None:
         # The body would reach the upstream still encoded, and Transfer-Encoding
         # (hop-by-hop) would not tell it so (RFC 9112 section 6.1).
         raise RequestRejected(501, "transfer coding not implemented: only chunked is supported")
+
+
+def check_host(hosts: list[bytes], version: str) -> None:
+    """RFC 9112 section 3.2: exactly one Host in HTTP/1.1 (at most one in 1.0), and
+    a valid one. Two could name different origins to us and to the upstream."""
+    if len(hosts) > 1:
+        raise RequestRejected(400, "more than one Host header field")
+    if not hosts:
+        if version == "1.1":
+            raise RequestRejected(400, "missing Host header field (required in HTTP/1.1)")
+        return
+    if not _HOST_BYTES.issuperset(hosts[0].strip(b" \t")):  # llhttp keeps trailing OWS
+        raise RequestRejected(400, "malformed Host header field")
 
 
 class Request:

@@ -35,20 +35,23 @@ from .stats import Stats
 
 log = logging.getLogger("h2ping.listener")
 
-#: Pause reading the client once this much of its body waits to be sent upstream.
-RECV_HIGH_WATER = 256 * 1024
-
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n"
 
 
 class RequestHandler(Protocol):
-    """What the listener needs from whoever forwards a request."""
+    """What the listener needs from whoever forwards a request.
+
+    The handler counts the request's outcome, except for a head the listener
+    refuses (no handler exists then): ``cancel`` means the client went away,
+    ``reject`` that the listener answers the request itself (its body was bad).
+    """
 
     def start(self) -> None: ...
     def feed_body(self, data: bytes) -> None: ...
     def end_body(self) -> None: ...
     def client_drained(self) -> None: ...
     def cancel(self) -> None: ...
+    def reject(self) -> None: ...
 
 
 HandlerFactory = Callable[[Request, ResponseWriter], RequestHandler]
@@ -211,6 +214,7 @@ class ClientConnection(asyncio.Protocol):
         method = parser.get_method()
         version = parser.get_http_version()
         check_head(method, version, self._headers)
+        self._stats.requests += 1
         request = Request(method, self._url, self._headers, version, parser.should_keep_alive())
         request.upgrade = parser.should_upgrade()
         writer = ResponseWriter(self, request)
@@ -395,7 +399,7 @@ class ClientConnection(asyncio.Protocol):
             return
         handler, _ = self._reading
         self._reading = None
-        handler.cancel()
+        handler.reject()
         for i, (pending_handler, writer) in enumerate(self._pending):
             if pending_handler is handler:
                 del self._pending[i]
@@ -409,7 +413,9 @@ class ClientConnection(asyncio.Protocol):
         """A request we will not forward: answer it once earlier responses are out,
         then close (what follows it on the connection cannot be trusted)."""
         log.info("client request rejected: %d %s", status, text)
-        self._stats.rejected += 1
+        if self._reading is None:  # a head: it ends here; a body's handler counts it
+            self._stats.requests += 1
+            self._stats.rejected += 1
         self._stats.count_response(status)
         self._in_head = False
         self._cancel_timer()

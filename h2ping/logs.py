@@ -2,11 +2,12 @@
 
 Both formats carry the same facts: time, level, instance name and the message
 (``event`` in JSON). JSON adds, where a line has them, the upstream connection
-id, the stream id and the cause, as fields a log pipeline can filter on. They
-come from ``extra={"conn": ..., "stream": ..., "cause": ...}`` when the caller
-passes them; otherwise ``conn=N`` and ``stream=N`` are read from the message,
-which is how the rest of h2ping writes them (``conn=0``, no connection, is left
-out). Nothing is guessed beyond that.
+id, the stream id and the cause (the RFC 9209 error type of a failed request,
+``connection_refused`` say), as fields a log pipeline can filter on. They come
+from ``extra={"conn": ..., "stream": ..., "cause": ...}`` when the caller passes
+them; otherwise ``conn=N`` and ``stream=N`` are read from the message, which is
+how the rest of h2ping writes them (``conn=0``, no connection, is left out).
+Nothing is guessed beyond that.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ from .config import Config
 # Ids start at 1; "conn=0" is how a request that reached no connection is logged.
 _CONN = re.compile(r"\bconn=([1-9][0-9]*)\b")
 _STREAM = re.compile(r"\bstream=([1-9][0-9]*)\b")
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 request``, ``2 requests``: a count for a log line (regular plurals only)."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 class JsonFormatter(logging.Formatter):

@@ -15,6 +15,7 @@ from collections import deque
 
 from .config import Config
 from .errors import UpstreamError
+from .logs import plural
 from .stats import Stats
 from .upstream import ConnState, UpstreamConnection, connect
 
@@ -123,7 +124,11 @@ class Pool:
                 self._on_conn_age,
             )
         except UpstreamError as exc:
-            log.warning("conn=%d connect to %s failed: %s", conn_id, self._config.upstream, exc)
+            exc.conn_id = conn_id
+            # Each request waiting for it logs the failure, naming itself and this
+            # conn: one line per failure. Nobody waiting (a successor): say it here.
+            level = logging.DEBUG if self._waiters else logging.WARNING
+            log.log(level, "conn=%d connect to %s failed: %s", conn_id, self._config.upstream, exc)
             self._connecting = None
             self._retire_old()
             self._fail_waiters(exc)
@@ -153,7 +158,7 @@ class Pool:
         retiring, self._retiring = self._retiring, []
         for conn in retiring:
             self._stats.retired += 1
-            log.info("conn=%d retired: finishing %d streams", conn.id, len(conn.streams))
+            log.info("conn=%d retired: finishing %s", conn.id, plural(len(conn.streams), "stream"))
             conn.retire("max-conn-age")
 
     def _fail_waiters(self, error: UpstreamError) -> None:

@@ -16,13 +16,13 @@ from typing import Any
 from .admin import AdminServer
 from .config import Config, parse_listen, parse_upstream
 from .errors import UpstreamError
-from .exchange import Exchange
+from .exchange import Exchange, ExchangeContext
 from .http1 import Request, ResponseWriter
 from .lag import LagMonitor
 from .listener import ClientConnection, ListenerLimits
+from .logs import plural
 from .pool import Pool
 from .retry import RetryBudget
-from .sockets import raise_nofile_limit
 from .stats import Stats
 from .upstream import ConnState
 
@@ -66,7 +66,9 @@ class Proxy:
         self.clients: set[ClientConnection] = set()
         self._ssl_context = ssl_context
         self._server: asyncio.Server | None = None
-        self.pool: Pool | None = None  # type: ignore[assignment]
+        self._draining = False  # stop() has begun
+        self.pool: Pool | None = None
+        self._exchange_context: ExchangeContext | None = None  # once started
         self.admin: AdminServer | None = None  # with config.admin_listen, once started
         self.lag: LagMonitor | None = None  # with config.loop_lag_interval, once started
         self.port = 0
@@ -101,13 +103,25 @@ class Proxy:
         return f"{self.config.listen.host}:{self.port}"
 
     async def start(self) -> None:
-        """Bind the listening socket (raises ``OSError`` if the port is taken)."""
-        raise_nofile_limit()
+        """Bind the listening socket (raises ``OSError`` if the port is taken).
+
+        Each in-flight request holds a client socket: a program expecting thousands
+        should raise its open-file limit first (see :func:`h2ping.sockets.raise_nofile_limit`;
+        the command does).
+        """
         config = self.config
         context = self._ssl_context
         if context is None and config.upstream.tls:
             context = make_ssl_context(config)
         self.pool = Pool(config, context, self.stats)
+        self._exchange_context = ExchangeContext(
+            pool=self.pool,
+            upstream=config.upstream,
+            retry_body_limit=config.retry_body_limit,
+            retry_budget=self.retry_budget,
+            stats=self.stats,
+            live=self.exchanges,
+        )
         loop = asyncio.get_running_loop()
         limits = ListenerLimits(config.header_timeout, config.client_idle_timeout)
         self._server = await loop.create_server(
@@ -137,6 +151,8 @@ class Proxy:
         Ready means listening, and an upstream connection is open or one opens
         within ``timeout`` (it then stays in the pool for the next request).
         """
+        if self._draining:
+            return "draining"
         if self._server is None or not self._server.is_serving() or self.pool is None:
             return "not listening"
         if any(conn.state is ConnState.OPEN for conn in self.pool.connections):
@@ -152,14 +168,15 @@ class Proxy:
         return None
 
     def _new_exchange(self, request: Request, writer: ResponseWriter) -> Exchange:
-        self.stats.requests += 1
-        return Exchange(self, request, writer)
+        assert self._exchange_context is not None  # the listener exists only once started
+        return Exchange(self._exchange_context, request, writer)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting, let in-flight requests finish for up to ``grace`` seconds,
         then cut whatever is left and close the upstream connections."""
         if grace is None:
             grace = self.config.shutdown_grace
+        self._draining = True
         if self.lag is not None:
             self.lag.stop()
         if self._server is not None:
@@ -172,16 +189,18 @@ class Proxy:
             if not self.clients or loop.time() >= deadline:
                 break
             await asyncio.sleep(0.05)
-        if self.clients:
+        busy = sum(not client.idle for client in self.clients)  # the rest are closing
+        if busy:
             log.warning(
-                "shutdown grace of %gs expired: closing %d client connections",
+                "shutdown grace of %gs expired: cutting %s on %s",
                 grace,
-                len(self.clients),
+                plural(len(self.exchanges), "request"),
+                plural(busy, "client connection"),
             )
+        for exchange in list(self.exchanges):
+            exchange.cut()  # before their clients go, which would count them cancelled
         for client in list(self.clients):
             client.abort()
-        for exchange in list(self.exchanges):
-            exchange.cancel()
         if self.pool is not None:
             self.pool.close()
         if self.admin is not None:

@@ -36,12 +36,16 @@ class Histogram:
 
 @dataclasses.dataclass
 class Stats:
+    #: Every request received ends in exactly one of the six outcomes after it,
+    #: counted by whoever ends it: the listener for a head it refuses, the exchange
+    #: for everything else (the listener tells it why: cancel or reject).
     requests: int = 0
     completed: int = 0  # the upstream's response reached the client whole
     failed: int = 0  # answered with a 502
     aborted: int = 0  # client connection cut after response headers
     cancelled: int = 0  # the client went away first
     rejected: int = 0  # malformed HTTP/1.1, answered by the listener itself
+    cut_at_shutdown: int = 0  # still unfinished when the shutdown grace ran out
     replays: int = 0  # refused streams sent again
     replays_refused_for_size: int = 0  # refused, but the body had not been kept: 502
     unkept_bodies: int = 0  # bodies streamed without a replay guarantee (memory bound)

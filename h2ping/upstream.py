@@ -7,7 +7,8 @@ belong to. Nothing here knows about HTTP/1.1; a stream reports to a
 
 GOAWAY frames are split off the byte stream and handled here instead of by h2,
 because h2 closes its whole state machine on any received GOAWAY, which would fail
-the streams the server has promised to finish (design.md section 5).
+the streams the server has promised to finish (RFC 9113 section 6.8 lets them
+complete).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .errors import UpstreamError
 from .frames import FloodError, FrameSizeError, FrameSplitter
 from .headers import Header
 from .liveness import Liveness
+from .logs import plural
 from .sockets import set_tcp_keepalive
 from .stats import Stats
 
@@ -45,7 +47,10 @@ log = logging.getLogger("h2ping.upstream")
 #: RTT. A stream may hold this much unread response data (a slow client's share).
 STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 64 * 1024 * 1024
-#: Resume the client's reads once a stream's unsent request body drops below this.
+#: Request-body back-pressure, both marks in one place: the exchange pauses reading
+#: the client once more than SEND_HIGH_WATER waits to be sent upstream, and the
+#: stream tells it to resume (on_send_ready) when that drops below SEND_LOW_WATER.
+SEND_HIGH_WATER = 256 * 1024
 SEND_LOW_WATER = 64 * 1024
 #: At most this much request body becomes DATA frames per callback.
 PUMP_BATCH = 256 * 1024
@@ -529,12 +534,12 @@ class UpstreamConnection(asyncio.Protocol):
     def _declare_dead(self, silent_for: float, since_ping: float) -> None:
         log.warning(
             "conn=%d dead: nothing received for %.1fs, %.1fs after a PING (ping-timeout %gs); "
-            "failing %d streams",
+            "failing %s",
             self.id,
             silent_for,
             since_ping,
             self._liveness.timeout,
-            len(self.streams),
+            plural(len(self.streams), "stream"),
         )
         error = UpstreamError(
             errors.CONNECTION_TERMINATED,

@@ -103,6 +103,7 @@ async def test_metrics_count_failures_rejections_and_pings(
     assert metrics[("h2ping_requests_total", "outcome=ok")] == 1
     assert metrics[("h2ping_requests_total", "outcome=failed")] == 1
     assert metrics[("h2ping_requests_total", "outcome=rejected")] == 1
+    assert metrics[("h2ping_requests_total", "outcome=cut_at_shutdown")] == 0
     assert metrics[("h2ping_responses_total", "status_class=2xx")] == 1
     assert metrics[("h2ping_responses_total", "status_class=4xx")] == 1
     assert metrics[("h2ping_responses_total", "status_class=5xx")] == 1
@@ -228,7 +229,7 @@ async def test_readyz_fails_while_draining(tls: TLSFiles, session: aiohttp.Clien
         assert (await get(session, proxy, "/readyz"))[0] == 200
         stopping = asyncio.create_task(proxy.stop(grace=10))
         await asyncio.sleep(0.1)
-        assert await get(session, proxy, "/readyz") == (503, "not ready: not listening\n")
+        assert await get(session, proxy, "/readyz") == (503, "not ready: draining\n")
         assert (await get(session, proxy, "/healthz"))[0] == 200
         release.set()
         async with await request as resp:

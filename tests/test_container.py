@@ -65,6 +65,13 @@ def readme_install_steps() -> list[str]:
     return [ln.strip() for ln in block.group(1).splitlines() if ln.strip()]
 
 
+def test_sections_the_dockerfile_names_exist() -> None:
+    headings = set(re.findall(r"^## (.+)$", README.read_text(), re.MULTILINE))
+    named = re.findall(r"README's \"([^\"]+)\" section", DOCKERFILE.read_text())
+    assert named, "the Dockerfile no longer says where its steps come from"
+    assert set(named) <= headings, set(named) - headings
+
+
 def only(keyword: str, stage: int = 1) -> str:
     [args] = [a for st, kw, a in instructions() if kw == keyword and st == stage]
     return args

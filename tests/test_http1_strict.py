@@ -39,38 +39,52 @@ BAD_REQUESTS = {
         b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
         400,
     ),
-    "negative content-length": (b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400),
-    "non-numeric content-length": (b"POST / HTTP/1.1\r\nContent-Length: 1e3\r\n\r\n", 400),
+    "negative content-length": (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400),
+    "non-numeric content-length": (
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1e3\r\n\r\n",
+        400,
+    ),
     "invalid chunk size": (
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
         400,
     ),
     "invalid chunk extension": (
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;\x01\r\nabc\r\n0\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3;\x01\r\nabc\r\n0\r\n\r\n",
         400,
     ),
     "coding before chunked": (
-        b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
         501,
     ),
-    "coding without chunked": (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\nabc", 501),
+    "coding without chunked": (
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nabc",
+        501,
+    ),
     # syntax
-    "bare CR in a value": (b"GET / HTTP/1.1\r\nX: a\rb\r\n\r\n", 400),
-    "NUL in a value": (b"GET / HTTP/1.1\r\nX: a\x00b\r\n\r\n", 400),
-    "control character in a value": (b"GET / HTTP/1.1\r\nX: a\x01b\r\n\r\n", 400),
-    "whitespace before the colon": (b"GET / HTTP/1.1\r\nX : a\r\n\r\n", 400),
-    "name that is not a token": (b"GET / HTTP/1.1\r\nX/Y: a\r\n\r\n", 400),
-    "pseudo-header name": (b"GET / HTTP/1.1\r\n:authority: evil\r\n\r\n", 400),
-    "obs-fold": (b"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n", 400),
+    "bare CR in a value": (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\rb\r\n\r\n", 400),
+    "NUL in a value": (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n", 400),
+    "control character in a value": (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\x01b\r\n\r\n", 400),
+    "whitespace before the colon": (b"GET / HTTP/1.1\r\nHost: x\r\nX : a\r\n\r\n", 400),
+    "name that is not a token": (b"GET / HTTP/1.1\r\nHost: x\r\nX/Y: a\r\n\r\n", 400),
+    "pseudo-header name": (b"GET / HTTP/1.1\r\nHost: x\r\n:authority: evil\r\n\r\n", 400),
+    "obs-fold": (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n b\r\n\r\n", 400),
     # methods, versions, protocols
     "CONNECT": (b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 405),
     "HTTP/2 preface": (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400),
     "HTTP/2.0 request line": (b"GET / HTTP/2.0\r\n\r\n", 505),
     "HTTP/0.9 request line": (b"GET /\r\n\r\n", 505),
+    # Host (RFC 9112 section 3.2)
+    "HTTP/1.1 without Host": (b"GET / HTTP/1.1\r\n\r\n", 400),
+    "two Host fields": (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+    "two Host fields in HTTP/1.0": (b"GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n", 400),
+    "Host that is no host": (b"GET / HTTP/1.1\r\nHost: a/b@c\r\n\r\n", 400),
     # sizes
-    "request target too long": (b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\n\r\n", 414),
+    "request target too long": (b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),
     "too many header fields": (
-        b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(300)) + b"\r\n",
+        b"GET / HTTP/1.1\r\nHost: x\r\n"
+        + b"".join(b"X-%d: v\r\n" % i for i in range(299))
+        + b"\r\n",
         431,
     ),
 }
@@ -89,6 +103,32 @@ async def test_bad_request_is_refused_and_never_forwarded(case: str) -> None:
     assert b"connection: close" in head.lower()
     assert body.endswith(b"\n") and body.count(b"\n") == 1  # one plain line saying why
     assert b"502" not in raw.split(b"\r\n")[0]
+
+
+@pytest.mark.parametrize(
+    ("head", "reason"),
+    [
+        (b"GET / HTTP/1.1\r\n", b"missing Host header field"),
+        (b"GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n", b"more than one Host header field"),
+        (b"GET / HTTP/1.1\r\nHost: a b\r\n", b"malformed Host header field"),
+    ],
+)
+async def test_host_rule_says_what_is_wrong(head: bytes, reason: bytes) -> None:
+    async with proxy_and_upstream() as (proxy, _):
+        raw = await send_raw(proxy.port, head + b"\r\n")
+    assert raw.startswith(b"HTTP/1.1 400 ")
+    assert reason in raw.partition(b"\r\n\r\n")[2]
+
+
+async def test_one_host_or_none_in_http_1_0_is_forwarded() -> None:
+    async with proxy_and_upstream() as (proxy, up):
+        old = await send_raw(proxy.port, b"GET /old HTTP/1.0\r\n\r\n")
+        ipv6 = await send_raw(
+            proxy.port, b"GET /v6 HTTP/1.1\r\nHost: [::1]:80 \r\nConnection: close\r\n\r\n"
+        )
+        assert [r.path for r in up.requests] == ["/old", "/v6"]
+    assert old.startswith(b"HTTP/1.1 200 ")
+    assert ipv6.startswith(b"HTTP/1.1 200 ")
 
 
 async def test_preface_gets_a_clear_reason() -> None:

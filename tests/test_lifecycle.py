@@ -32,8 +32,9 @@ def arrivals(upstream: ScriptedUpstream) -> collections.Counter[tuple[int, str]]
 async def test_goaway_below_in_flight_streams(
     tls: TLSFiles, session: aiohttp.ClientSession
 ) -> None:
-    """The server announces GOAWAY, then completes the streams it kept. h2 alone
-    would have closed its state machine and failed them (design.md section 5)."""
+    """The server announces GOAWAY, then completes the streams it kept (RFC 9113
+    section 6.8). h2 alone would have closed its whole state machine on the GOAWAY
+    and failed them."""
     release = asyncio.Event()
 
     async def handler(request: ScriptedRequest) -> None:
@@ -203,6 +204,67 @@ async def test_refused_with_body_over_retry_limit_gets_502(
         assert proxy.stats.replays_refused_for_size == 1
         assert proxy.stats.retry_buffer_bytes == 0
     assert len(up.requests) == 1
+
+
+LIMIT = 1024 * 1024
+
+
+async def upload_half_way(
+    proxy_port: int, up: ScriptedUpstream, framing: bytes, first: bytes
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Send a request head and the first part of its body; return once the upstream
+    has read that part, so the proxy has seen every byte of it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", proxy_port)
+    writer.write(b"POST /up HTTP/1.1\r\nHost: h2ping\r\n" + framing + b"\r\n\r\n" + first)
+    await up.wait_for(lambda: bool(up.requests) and up.requests[0].body_bytes_received > 0)
+    request = up.requests[0]
+    await up.wait_for(lambda: request.body_bytes_received >= len(first) - 16)
+    return reader, writer
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+async def test_body_declared_over_retry_limit_is_never_kept(tls: TLSFiles) -> None:
+    """Known from Content-Length to be too large: not one byte of it is kept."""
+    part = os.urandom(LIMIT // 2)
+    async with (
+        scripted(tls, None) as up,
+        running_proxy(up.url, tls, retry_body_limit=LIMIT) as proxy,
+    ):
+        framing = b"Content-Length: %d" % (4 * len(part))
+        reader, writer = await upload_half_way(proxy.port, up, framing, part)
+        # The first half of the limit would fit, but keeping it would be for nothing.
+        assert (proxy.stats.retry_buffer_bytes, proxy.retry_budget.used) == (0, 0)
+        writer.write(part * 3)
+        head = await reader.readuntil(b"\r\n\r\n")
+        body = await reader.readexactly(4 * len(part))
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert body == part * 4
+        assert proxy.retry_budget.peak == 0
+
+
+async def test_chunked_body_is_kept_until_it_crosses_the_retry_limit(tls: TLSFiles) -> None:
+    """No length declared: kept while it fits, released the moment it does not."""
+    part = os.urandom(LIMIT // 2)
+    async with (
+        scripted(tls, None) as up,
+        running_proxy(up.url, tls, retry_body_limit=LIMIT) as proxy,
+    ):
+        framing = b"Transfer-Encoding: chunked"
+        reader, writer = await upload_half_way(proxy.port, up, framing, chunk(part))
+        assert proxy.stats.retry_buffer_bytes == len(part)  # kept: it may still fit
+        writer.write(chunk(part + b"x"))  # now one byte over the limit
+        request = up.requests[0]
+        await up.wait_for(lambda: request.body_bytes_received == 2 * len(part) + 1)
+        assert (proxy.stats.retry_buffer_bytes, proxy.retry_budget.used) == (0, 0)
+        writer.write(chunk(part) + b"0\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert len(part) <= proxy.retry_budget.peak <= LIMIT
 
 
 async def test_replays_are_bounded(tls: TLSFiles, session: aiohttp.ClientSession) -> None:

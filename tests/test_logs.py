@@ -11,11 +11,13 @@ import sys
 
 import aiohttp
 import pytest
+from h2.errors import ErrorCodes
 
 from h2ping import cli
-from h2ping.logs import JsonFormatter, text_formatter
+from h2ping.logs import JsonFormatter, plural, text_formatter
+from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
-from .conftest import free_port, wait_for_port
+from .conftest import free_port, running_proxy, wait_for_port
 
 
 def record(
@@ -63,6 +65,47 @@ def test_text_format_survives_a_percent_in_the_name() -> None:
     assert text_formatter("100%").format(record("hi")).endswith(" WARNING h2ping 100%: hi")
 
 
+def warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_failed_connect_is_one_line_with_request_conn_and_cause(
+    session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="h2ping")
+    async with running_proxy(f"http://127.0.0.1:{free_port()}") as proxy:
+        async with session.get(f"{proxy.url}/v1/chat?key=secret") as resp:
+            assert resp.status == 502
+    [line] = warnings(caplog)
+    assert line.getMessage().startswith("GET /v1/chat conn=1: 502 connection_refused: ")
+    obj = json.loads(JsonFormatter("n").format(line))
+    assert (obj["conn"], obj["cause"]) == (1, "connection_refused")
+
+
+async def test_a_failed_stream_is_one_line_with_request_conn_stream_and_cause(
+    session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def reset(request: ScriptedRequest) -> None:
+        request.reset(ErrorCodes.INTERNAL_ERROR)
+
+    caplog.set_level(logging.INFO, logger="h2ping")
+    async with ScriptedUpstream(reset) as up, running_proxy(up.url) as proxy:
+        async with session.post(f"{proxy.url}/judge", data=b"x") as resp:
+            assert resp.status == 502
+    [line] = warnings(caplog)
+    text = text_formatter("n").format(line)
+    assert text.endswith(
+        " WARNING h2ping n: POST /judge conn=1 stream=1: 502 http_protocol_error: "
+        "stream reset by upstream (INTERNAL_ERROR)"
+    )
+    obj = json.loads(JsonFormatter("n").format(line))
+    assert (obj["conn"], obj["stream"], obj["cause"]) == (1, 1, "http_protocol_error")
+
+
+def test_plural() -> None:
+    assert [plural(n, "request") for n in (0, 1, 2)] == ["0 requests", "1 request", "2 requests"]
+
+
 async def test_process_logs_json_lines(session: aiohttp.ClientSession) -> None:
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
@@ -90,10 +133,10 @@ async def test_process_logs_json_lines(session: aiohttp.ClientSession) -> None:
     events = [obj["event"] for obj in lines]
     assert events[0].startswith(f"listening on 127.0.0.1:{port} -> https://127.0.0.1:")
     assert events[-1].startswith("stopped: requests=1 completed=0 failed=1")
-    [connect] = [obj for obj in lines if "connect to" in obj["event"]]
-    assert (connect["level"], connect["conn"]) == ("WARNING", 1)
-    [failed] = [obj for obj in lines if obj["event"].startswith("GET /v1/models")]
-    assert "502 connection_refused" in failed["event"]
+    # The failed connect is one line: the request's, naming the connection and the cause.
+    [failed] = [obj for obj in lines if obj["level"] == "WARNING"]
+    assert failed["event"].startswith("GET /v1/models conn=1: 502 connection_refused: ")
+    assert (failed["conn"], failed["cause"]) == (1, "connection_refused")
 
 
 async def test_event_loop_errors_are_logged_in_our_format(caplog: pytest.LogCaptureFixture) -> None:

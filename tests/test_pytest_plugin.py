@@ -28,6 +28,13 @@ def readme_example() -> str:
     return example
 
 
+def readme_pytest_config() -> str:
+    """The pytest configuration the README asks a user's project to have."""
+    blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)
+    [config] = [b for b in blocks if "[tool.pytest.ini_options]" in b]
+    return config
+
+
 def test_entry_point_is_registered() -> None:
     [entry] = [ep for ep in entry_points(group="pytest11") if ep.name == "h2ping"]
     assert entry.value == "h2ping.pytest_plugin"
@@ -35,9 +42,12 @@ def test_entry_point_is_registered() -> None:
 
 
 def test_readme_example_passes_in_a_users_project(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml(readme_pytest_config())
     pytester.makepyfile(test_readme_example=readme_example())
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=1, warnings=0)
+    output = "\n".join(result.outlines + result.errlines)
+    assert "Warning" not in output, output
 
 
 def test_the_fixture_comes_from_the_plugin(pytester: pytest.Pytester) -> None:

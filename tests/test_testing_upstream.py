@@ -14,24 +14,26 @@ import trustme
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.errors import ErrorCodes
+from hyperframe.frame import GoAwayFrame
 
-from h2ping.testing import (
-    ScriptedRequest,
-    ScriptedUpstream,
-    echo_handler,
-    keep_streams_after_goaway,
-)
+from h2ping.frames import FrameSplitter
+from h2ping.testing import ScriptedRequest, ScriptedUpstream, echo_handler
 
 
 class Client:
-    """Just enough HTTP/2 client to drive the server: it acks all DATA at once."""
+    """Just enough HTTP/2 client to drive the server: it acks all DATA at once.
+
+    GOAWAY frames bypass h2 both ways (h2 would close the whole connection, and the
+    streams the GOAWAY lets finish could not): they are written here, and inbound
+    ones are split off and recorded as ``ConnectionTerminated`` events.
+    """
 
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, scheme: str
     ) -> None:
         self.reader, self.writer, self.scheme = reader, writer, scheme
         self.conn = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
-        keep_streams_after_goaway(self.conn)  # else h2 can't read a response after GOAWAY
+        self.frames = FrameSplitter()
         self.events: list[h2.events.Event] = []
         self.closed = False  # the server closed or dropped the connection
         self._changed = asyncio.Event()
@@ -51,16 +53,28 @@ class Client:
     def flush(self) -> None:
         self.writer.write(self.conn.data_to_send())
 
+    def goaway(self, last_stream_id: int, error_code: int = 0) -> None:
+        frame = GoAwayFrame(0, last_stream_id=last_stream_id, error_code=error_code)
+        self.flush()
+        self.writer.write(frame.serialize())
+
+    def _receive(self, is_goaway: bool, piece: bytes) -> list[h2.events.Event]:
+        if is_goaway:
+            event = h2.events.ConnectionTerminated()
+            event.last_stream_id = int.from_bytes(piece[:4], "big") & 0x7FFFFFFF
+            event.error_code = int.from_bytes(piece[4:8], "big")
+            return [event]
+        events = self.conn.receive_data(piece)
+        for event in events:
+            if isinstance(event, h2.events.DataReceived):
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        return events
+
     async def _read_loop(self) -> None:
         try:
             while data := await self.reader.read(65536):
-                events = self.conn.receive_data(data)
-                for event in events:
-                    if isinstance(event, h2.events.DataReceived):
-                        self.conn.acknowledge_received_data(
-                            event.flow_controlled_length, event.stream_id
-                        )
-                self.events += events
+                for is_goaway, piece in self.frames.split(data):
+                    self.events += self._receive(is_goaway, piece)
                 self.flush()
                 self._wake()
         finally:
@@ -302,8 +316,7 @@ async def test_server_finishes_streams_after_client_goaway() -> None:
     server = ScriptedUpstream()
     async with serving(server) as client:
         stream_id = client.start()
-        client.conn.close_connection(last_stream_id=0)
-        client.flush()
+        client.goaway(last_stream_id=0)
         await server.wait_for(lambda: server.connections[0].goaway_received == 0)
         await client.send_body(stream_id, b"bye")
         status, _, body = await client.response(stream_id)

@@ -22,7 +22,6 @@ from .upstream import (
     ScriptedUpstream,
     StreamClosed,
     echo_handler,
-    keep_streams_after_goaway,
 )
 
 __all__ = [
@@ -37,5 +36,4 @@ __all__ = [
     "ScriptedUpstream",
     "StreamClosed",
     "echo_handler",
-    "keep_streams_after_goaway",
 ]

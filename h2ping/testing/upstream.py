@@ -5,8 +5,11 @@
 servers won't: chosen GOAWAYs, RST_STREAM codes, requests never answered, held PING ACKs,
 slow bodies. It also records what it saw: connections, requests, PINGs, client resets.
 
-Every received byte goes straight into ``H2Connection.receive_data`` (push design), so
-WINDOW_UPDATE, PING and RST_STREAM are handled even while no handler reads.
+Every received byte is handled as it arrives (push design), so WINDOW_UPDATE, PING and
+RST_STREAM are handled even while no handler reads. GOAWAY frames, sent or received, are
+handled here rather than by ``h2``, as h2ping itself does (see :mod:`h2ping.frames`): ``h2``
+moves its whole connection to CLOSED on any GOAWAY, while RFC 9113 section 6.8 lets the
+streams up to ``last_stream_id`` finish.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ from typing import Any, cast
 import h2.events
 import h2.exceptions
 from h2.config import H2Configuration
-from h2.connection import ConnectionInputs, ConnectionState, H2Connection
+from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes, Settings
+from hyperframe.frame import GoAwayFrame
+
+from ..frames import FloodError, FrameSizeError, FrameSplitter
 
 logger = logging.getLogger(__name__)
 
@@ -33,26 +39,20 @@ Handler = Callable[["ScriptedRequest"], Awaitable[None]]
 #: Added to the connection receive window so that only stream windows exert back-pressure.
 CONNECTION_WINDOW_BOOST = 16 * 1024 * 1024
 _PING, _ACK = 0x6, 0x1  # frame type and flag
+#: What an HTTP/2 client sends before its first frame (RFC 9113 section 3.4).
+_CLIENT_PREFACE_SIZE = 24
 
 
 class StreamClosed(Exception):
     """The stream was reset (by either side) or its connection is gone."""
 
 
-def keep_streams_after_goaway(conn: H2Connection) -> None:
-    """Let ``conn`` keep working after it sends or receives GOAWAY.
-
-    h2 moves its connection state machine to CLOSED on any GOAWAY (python-hyper/h2#1181):
-    every later frame, even DATA on a stream the GOAWAY lets finish, raises ProtocolError.
-    RFC 9113 section 6.8 lets those streams complete, so make GOAWAY keep the state. The
-    caller must then refuse or avoid new streams itself.
-    """
-    machine = conn.state_machine
-    transitions = dict(machine._transitions)
-    for state in (ConnectionState.IDLE, ConnectionState.CLIENT_OPEN, ConnectionState.SERVER_OPEN):
-        for goaway in (ConnectionInputs.SEND_GOAWAY, ConnectionInputs.RECV_GOAWAY):
-            transitions[(state, goaway)] = (None, state)
-    machine._transitions = transitions  # an instance attribute shadows the class table
+def _goaway_frame(last_stream_id: int, error_code: int = 0, debug_data: bytes = b"") -> bytes:
+    """A serialized GOAWAY frame, written past ``h2`` so its connection stays open."""
+    frame = GoAwayFrame(
+        0, last_stream_id=last_stream_id, error_code=error_code, additional_data=debug_data
+    )
+    return frame.serialize()
 
 
 def _take_ping_acks(data: bytes) -> tuple[bytes, list[bytes]]:
@@ -230,6 +230,8 @@ class ScriptedConnection(asyncio.Protocol):
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._window_changed = asyncio.Event()
         self._transport: asyncio.Transport | None = None
+        self._preface_left = _CLIENT_PREFACE_SIZE  # goes to h2 as it is: not a frame
+        self._frames = FrameSplitter()
         # Header values arrive as bytes: HTTP allows obs-text, which is not UTF-8.
         self._h2 = H2Connection(H2Configuration(client_side=False, header_encoding=None))
         self._events: dict[type, Callable[[Any], None]] = {
@@ -240,7 +242,6 @@ class ScriptedConnection(asyncio.Protocol):
             h2.events.WindowUpdated: lambda _: self._notify_window(),
             h2.events.RemoteSettingsChanged: lambda _: self._notify_window(),
             h2.events.PingReceived: self._on_ping,
-            h2.events.ConnectionTerminated: self._on_goaway,
         }
 
     @property
@@ -270,9 +271,9 @@ class ScriptedConnection(asyncio.Protocol):
         highest seen) are still served, later ones are refused with REFUSED_STREAM."""
         if last_stream_id is None:
             last_stream_id = self._h2.highest_inbound_stream_id
-        self._h2.close_connection(error_code, debug_data or None, last_stream_id=last_stream_id)
         self.goaway_sent = last_stream_id
-        self._flush()
+        self._flush()  # what h2 has queued goes first
+        self._write(_goaway_frame(last_stream_id, error_code, debug_data))
 
     def close(self) -> None:
         """Drop the connection abruptly (TCP reset, no GOAWAY), like a crashed server."""
@@ -301,24 +302,49 @@ class ScriptedConnection(asyncio.Protocol):
         settings[SettingCodes.MAX_CONCURRENT_STREAMS] = 2**31 - 1
         self._h2.local_settings = Settings(client=False, initial_values=settings)
         self._h2.increment_flow_control_window(CONNECTION_WINDOW_BOOST)
-        keep_streams_after_goaway(self._h2)
         self._flush()
 
     def data_received(self, data: bytes) -> None:
+        if self._preface_left:
+            preface, data = data[: self._preface_left], data[self._preface_left :]
+            self._preface_left -= len(preface)
+            if not self._receive(preface):
+                return
         try:
-            events = self._h2.receive_data(data)
+            pieces = self._frames.split(data)
+        except FloodError as exc:
+            self._protocol_error(exc, ErrorCodes.ENHANCE_YOUR_CALM)
+            return
+        except FrameSizeError as exc:
+            self._protocol_error(exc, ErrorCodes.FRAME_SIZE_ERROR)
+            return
+        for is_goaway, piece in pieces:
+            if not (self._on_goaway(piece) if is_goaway else self._receive(piece)):
+                return
+        self._flush()
+
+    def _receive(self, frames: bytes) -> bool:
+        """Hand whole frames to h2 and dispatch its events; False if that ended us."""
+        try:
+            events = self._h2.receive_data(frames)
         except h2.exceptions.ProtocolError as exc:
             # h2 has queued a GOAWAY; the events of earlier frames in this chunk are lost.
             logger.warning("connection %d: protocol error from client: %s", self.id, exc)
             self._flush()
             if self._transport is not None:
                 self._transport.close()
-            return
+            return False
         for event in events:
             handle = self._events.get(type(event))
             if handle is not None:
                 handle(event)
-        self._flush()
+        return True
+
+    def _protocol_error(self, exc: Exception, error_code: int) -> None:
+        logger.warning("connection %d: protocol error from client: %s", self.id, exc)
+        self.goaway(error_code=error_code)
+        if self._transport is not None:
+            self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._shutdown()
@@ -373,8 +399,17 @@ class ScriptedConnection(asyncio.Protocol):
     def _on_ping(self, event: h2.events.PingReceived) -> None:
         self.pings_received += 1
 
-    def _on_goaway(self, event: h2.events.ConnectionTerminated) -> None:
-        self.goaway_received = event.error_code
+    def _on_goaway(self, payload: bytes) -> bool:
+        """Note the client's GOAWAY; False if it was malformed (and ended us)."""
+        if len(payload) < 8:
+            self._protocol_error(
+                ValueError("GOAWAY shorter than 8 bytes"), ErrorCodes.FRAME_SIZE_ERROR
+            )
+            return False
+        # last_stream_id (4 bytes), then the error code: the streams we serve are
+        # the client's own, so only the code is of interest.
+        self.goaway_received = int.from_bytes(payload[4:8], "big")
+        return True
 
     async def _run(self, request: ScriptedRequest) -> None:
         try:
