@@ -24,7 +24,7 @@ from .errors import UpstreamError
 from .headers import Header, MalformedResponse, request_headers, response_head
 from .http1 import Request, ResponseWriter
 from .listener import RECV_HIGH_WATER
-from .upstream import UpstreamConnection, UpstreamStream
+from .upstream import SlotLost, StreamSlot, UpstreamStream
 
 if TYPE_CHECKING:
     from .proxy import Proxy
@@ -192,29 +192,32 @@ class Exchange:
 
     def _next_attempt(self) -> None:
         self._backoff = None
-        conn = self._proxy.pool.try_acquire()
-        if conn is None:
+        slot = self._proxy.pool.try_acquire()
+        if slot is None:
             self._task = asyncio.get_running_loop().create_task(self._wait_for_slot())
         else:
-            self._open_on(conn)
+            self._open_on(slot)
 
     async def _wait_for_slot(self) -> None:
         try:
-            conn = await self._proxy.pool.acquire()
+            slot = await self._proxy.pool.acquire()
         except UpstreamError as exc:
             self._task = None
             self._attempt_failed(exc)
             return
         self._task = None
-        self._open_on(conn)
+        self._open_on(slot)
 
-    def _open_on(self, conn: UpstreamConnection) -> None:
-        """Send the request on a slot reserved on ``conn``."""
-        self.conn_id = conn.id
+    def _open_on(self, slot: StreamSlot) -> None:
+        """Send the request on a reserved stream slot."""
+        self.conn_id = slot.conn.id
         body = self._kept if self._attempt else self._unsent
         end_now = self._body_ended and not any(body)
         try:
-            stream = conn.open_stream(self._fields, self, end_stream=end_now)
+            stream = slot.open(self._fields, self, end_stream=end_now)
+        except SlotLost:  # the connection ended since the reservation: nothing was sent
+            self._next_attempt()
+            return
         except UpstreamError as exc:
             self._attempt_failed(exc)
             return

@@ -143,12 +143,12 @@ class Proxy:
             return None
         try:
             async with asyncio.timeout(timeout):
-                conn = await self.pool.acquire()
+                slot = await self.pool.acquire()
         except TimeoutError:
             return f"no upstream connection within {timeout:g}s"
         except UpstreamError as exc:
             return f"upstream: {exc}"
-        conn.release_reservation()
+        slot.release()
         return None
 
     def _new_exchange(self, request: Request, writer: ResponseWriter) -> Exchange:

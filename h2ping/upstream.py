@@ -129,6 +129,41 @@ class UpstreamStream:
         return f"<stream {self.conn.id}/{self.stream_id}>"
 
 
+class SlotLost(UpstreamError):
+    """The connection stopped taking streams between the reservation and its use:
+    nothing was sent, so this is no attempt, only a reason to ask again."""
+
+
+class StreamSlot:
+    """One stream slot reserved on a connection: opened or released, exactly once."""
+
+    __slots__ = ("_spent", "conn")
+
+    def __init__(self, conn: UpstreamConnection) -> None:
+        self.conn = conn
+        self._spent = False
+
+    def open(self, headers: list[Header], sink: StreamSink, *, end_stream: bool) -> UpstreamStream:
+        """Send HEADERS on this slot. Raises :class:`SlotLost` if the connection
+        stopped taking streams since the slot was reserved."""
+        if self._spent:
+            raise RuntimeError("stream slot used twice")
+        self._spent = True
+        try:
+            return self.conn._open_stream(headers, sink, end_stream)
+        finally:
+            self.conn._unreserve(freed=False)
+
+    def release(self) -> None:
+        """Give the slot back unused (the request went away meanwhile)."""
+        if not self._spent:
+            self._spent = True
+            self.conn._unreserve(freed=True)
+
+    def __repr__(self) -> str:
+        return f"<slot on conn {self.conn.id}{' spent' if self._spent else ''}>"
+
+
 class UpstreamConnection(asyncio.Protocol):
     """An HTTP/2 client connection driven by inbound bytes, never by waiting readers."""
 
@@ -180,6 +215,11 @@ class UpstreamConnection(asyncio.Protocol):
         self._h2 = h2.connection.H2Connection(config=h2_config)
 
     # ----------------------------------------------------------------- capacity
+    #
+    # The connection alone counts its stream slots: a slot is taken by
+    # try_reserve() and comes back exactly once, through StreamSlot.open() or
+    # StreamSlot.release(), both ending in _unreserve(), which closes a draining
+    # connection whose last slot that was.
 
     @property
     def free_slots(self) -> int:
@@ -187,14 +227,23 @@ class UpstreamConnection(asyncio.Protocol):
             return 0
         return self.max_streams - len(self.streams) - self.reserved
 
-    def open_stream(
-        self, headers: list[Header], sink: StreamSink, *, end_stream: bool
+    @property
+    def busy(self) -> bool:
+        """Carrying a stream, or promised one."""
+        return bool(self.streams or self.reserved)
+
+    def try_reserve(self) -> StreamSlot | None:
+        """One stream slot for the caller, if the connection takes streams and has room."""
+        if self.free_slots <= 0:
+            return None
+        self.reserved += 1
+        return StreamSlot(self)
+
+    def _open_stream(
+        self, headers: list[Header], sink: StreamSink, end_stream: bool
     ) -> UpstreamStream:
-        """Send HEADERS on a slot the pool reserved for the caller."""
-        self.reserved -= 1
         if self.state is not ConnState.OPEN:
-            # Never sent: safe to try elsewhere.
-            raise UpstreamError(
+            raise SlotLost(
                 errors.CONNECTION_TERMINATED,
                 f"connection {self.id} stopped taking streams ({self.close_reason})",
                 retryable=True,
@@ -209,10 +258,13 @@ class UpstreamConnection(asyncio.Protocol):
             self._drain("stream ids exhausted")
         return stream
 
-    def release_reservation(self) -> None:
-        """The pool's promise was not used (the request was cancelled meanwhile)."""
+    def _unreserve(self, freed: bool) -> None:
+        """A reservation ended: used for a stream, or (``freed``) given back."""
         self.reserved -= 1
-        self._on_change(self)
+        if self.state is ConnState.DRAINING:
+            self._close_if_drained()
+        elif freed and self.state is ConnState.OPEN:
+            self._on_change(self)
 
     async def wait_ready(self) -> None:
         await self._ready
@@ -234,8 +286,9 @@ class UpstreamConnection(asyncio.Protocol):
             except h2.exceptions.ProtocolError:
                 pass
             self._transport.close()
-        self._fail_all(UpstreamError(errors.CONNECTION_TERMINATED, f"connection closed: {reason}"))
-        self._set_closed(reason)
+        self._end(
+            reason, UpstreamError(errors.CONNECTION_TERMINATED, f"connection closed: {reason}")
+        )
 
     # ----------------------------------------------------------------- protocol
 
@@ -283,8 +336,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._fail_ready(
             UpstreamError(errors.CONNECTION_TERMINATED, f"{reason} before HTTP/2 SETTINGS")
         )
-        self._fail_all(UpstreamError(errors.CONNECTION_TERMINATED, reason))
-        self._set_closed(reason)
+        self._end(reason, UpstreamError(errors.CONNECTION_TERMINATED, reason))
 
     # ----------------------------------------------------------------- inbound
 
@@ -505,11 +557,15 @@ class UpstreamConnection(asyncio.Protocol):
         self.streams.pop(stream.stream_id, None)
         self._blocked.discard(stream)
         stream._outq.clear()
+        if self.state is ConnState.CLOSED:
+            return  # nothing to give back or to tell: _end is failing every stream
         if stream.unacked:
             self._ack(stream.stream_id, stream.unacked)
             stream.unacked = 0
-        self._close_if_drained()
-        self._on_change(self)
+        if self.state is ConnState.OPEN:
+            self._on_change(self)  # a slot is free
+        else:
+            self._close_if_drained()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -540,8 +596,7 @@ class UpstreamConnection(asyncio.Protocol):
             errors.CONNECTION_TERMINATED,
             f"upstream connection {self.id} dead: no frame for {silent_for:.1f}s after a PING",
         )
-        self._fail_all(error)
-        self._set_closed("ping timeout")
+        self._end("ping timeout", error)
 
     # ----------------------------------------------------------------- ending
 
@@ -563,20 +618,17 @@ class UpstreamConnection(asyncio.Protocol):
         self._flush()
         if self._transport is not None:
             self._transport.close()
-        self._fail_all(UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
-        self._set_closed(f"protocol error: {detail}")
+        self._end(f"protocol error: {detail}", UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
 
     def _fail_ready(self, error: UpstreamError) -> None:
         if not self._ready.done():
             self._ready.set_exception(error)
             self._ready.exception()  # connect() may have stopped waiting (timeout)
 
-    def _fail_all(self, error: UpstreamError) -> None:
-        for stream in list(self.streams.values()):
-            self._forget(stream)
-            stream.sink.on_error(error)
-
-    def _set_closed(self, reason: str) -> None:
+    def _end(self, reason: str, error: UpstreamError) -> None:
+        """The connection is over. CLOSED comes first, so that no slot of it is
+        handed out while its streams fail (their sinks may replay at once); the
+        pool hears of it once, at the end."""
         if self.state is ConnState.CLOSED:
             return
         self.state = ConnState.CLOSED
@@ -588,6 +640,11 @@ class UpstreamConnection(asyncio.Protocol):
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
+        streams = list(self.streams.values())
+        for stream in streams:
+            self._forget(stream)
+        for stream in streams:
+            stream.sink.on_error(error)
         self._on_change(self)
 
     def __repr__(self) -> str:
@@ -655,7 +712,9 @@ async def connect(
             set_tcp_keepalive(transport.get_extra_info("socket"))
             await protocol.wait_ready()
     except TimeoutError:
-        protocol._set_closed("connect timeout")
+        protocol._end(
+            "connect timeout", UpstreamError(errors.CONNECTION_TIMEOUT, "connect timeout")
+        )
         raise UpstreamError(
             errors.CONNECTION_TIMEOUT, f"{target} did not complete HTTP/2 setup in {timeout:g}s"
         ) from None
