@@ -613,8 +613,10 @@ class UpstreamConnection(asyncio.Protocol):
     def _protocol_error(self, detail: str, code: int = ErrorCodes.PROTOCOL_ERROR) -> None:
         """A connection error: GOAWAY with ``code``, close, fail every stream."""
         log.warning("conn=%d HTTP/2 protocol error from upstream: %s", self.id, detail)
-        with contextlib.suppress(h2.exceptions.ProtocolError):
-            self._h2.close_connection(error_code=code)  # no-op if h2 already sent one
+        # h2 queues a GOAWAY of its own for the errors it detects; one is enough.
+        if self._h2.state_machine.state is not h2.connection.ConnectionState.CLOSED:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self._h2.close_connection(error_code=code)
         self._flush()
         if self._transport is not None:
             self._transport.close()
