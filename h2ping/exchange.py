@@ -31,10 +31,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("h2ping.exchange")
 
-#: How often one request may be replayed after refusals before it fails, and the
-#: first pause before a repeated replay (the first replay goes at once).
-MAX_REPLAYS = 3
+#: A request refused unprocessed is replayed up to MAX_REPLAYS times, as Go's
+#: transport does: the first at once, later ones after a jittered pause that
+#: doubles from REPLAY_BACKOFF and stays under REPLAY_MAX_PAUSE, so a storm of
+#: refusals is spread out, not amplified, and costs little latency. Past
+#: MAX_REPLAYS it goes on only while the upstream answers other streams (it is
+#: shedding load, not refusing everything), up to MAX_REPLAYS_WITH_PROGRESS: an
+#: upstream that refuses every stream still fails a request within a second.
+MAX_REPLAYS = 6
+MAX_REPLAYS_WITH_PROGRESS = 30
 REPLAY_BACKOFF = 0.01
+REPLAY_MAX_PAUSE = 0.25
 PROXY_NAME = "h2ping"
 
 
@@ -49,6 +56,7 @@ class Exchange:
     """Forwards one request and its response."""
 
     __slots__ = (
+        "_answered_mark",
         "_attempt",
         "_backoff",
         "_body_ended",
@@ -90,6 +98,7 @@ class Exchange:
         self._unreplayable_reason = ""
         self._unacked = 0  # response bytes written to the client, credit not yet returned
         self._attempt = 0
+        self._answered_mark = 0  # upstream answers seen when the last attempt failed
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
 
@@ -243,6 +252,7 @@ class Exchange:
             return
         if self._may_replay(error):
             self._attempt += 1
+            self._answered_mark = self._proxy.pool.answered
             self._proxy.stats.replays += 1
             log.info(
                 "%s: replaying (%s), attempt %d", self._where(), error.detail, self._attempt + 1
@@ -250,7 +260,8 @@ class Exchange:
             if self._attempt == 1:
                 self._next_attempt()
             else:  # refused again: give the upstream a moment (jittered, doubling)
-                delay = REPLAY_BACKOFF * 2 ** (self._attempt - 2) * (1 + random.random())
+                pause = min(REPLAY_BACKOFF * 2 ** (self._attempt - 2), REPLAY_MAX_PAUSE / 2)
+                delay = pause * (1 + random.random())
                 self._backoff = asyncio.get_running_loop().call_later(delay, self._next_attempt)
             return
         self._finish()
@@ -273,11 +284,13 @@ class Exchange:
         return where
 
     def _may_replay(self, error: UpstreamError) -> bool:
+        if not (error.retryable and self._replayable and not self._writer.started):
+            return False
+        if self._attempt < MAX_REPLAYS:
+            return True
         return (
-            error.retryable
-            and self._replayable
-            and not self._writer.started
-            and self._attempt < MAX_REPLAYS
+            self._attempt < MAX_REPLAYS_WITH_PROGRESS
+            and self._proxy.pool.answered > self._answered_mark
         )
 
     def _fail(self, error: UpstreamError) -> None:

@@ -43,10 +43,17 @@ class Pool:
         self._retiring: list[UpstreamConnection] = []  # past max-conn-age, still taking streams
         self._next_id = 1
         self._closed = False
+        self._answered_before = 0  # by connections no longer in the pool
 
     @property
     def connections(self) -> list[UpstreamConnection]:
         return list(self._conns)
+
+    @property
+    def answered(self) -> int:
+        """Streams the upstream has sent response headers for, ever: it grows while
+        the upstream takes work, even while it refuses some streams."""
+        return self._answered_before + sum(conn.answered for conn in self._conns)
 
     async def acquire(self) -> StreamSlot:
         """A stream slot for the caller, waiting for one if need be.
@@ -100,6 +107,7 @@ class Pool:
         """A connection opened, freed a slot, stopped taking streams or closed."""
         if conn.state is ConnState.CLOSED and conn in self._conns:
             self._conns.remove(conn)
+            self._answered_before += conn.answered
         self._wake()
 
     def _wake(self) -> None:
@@ -147,10 +155,19 @@ class Pool:
         self._wake()
 
     def _on_conn_age(self, conn: UpstreamConnection) -> None:
-        """Open the successor first, so no request waits for a handshake it would
-        not have needed; the old connection stops taking streams once it is up."""
+        """Retire a connection at its age limit. While it carries requests or some
+        wait, the successor opens first, so no request waits for a handshake it
+        would not have needed; the old one stops taking streams once that is up.
+        An idle one closes at once, and the next request opens a connection."""
+        if conn.state is not ConnState.OPEN:
+            return
+        if not conn.busy and not self._waiters:
+            self._stats.retired += 1
+            log.info("conn=%d reached its age limit (%.1fs) idle: closing", conn.id, conn.age_limit)
+            conn.retire("max-conn-age")
+            return
         log.info(
-            "conn=%d reached its age limit (%.0fs): opening a successor",
+            "conn=%d reached its age limit (%.1fs): opening a successor",
             conn.id,
             conn.age_limit,
         )

@@ -135,7 +135,8 @@ class Proxy:
         """None if requests can be forwarded now, else why not: for ``/readyz``.
 
         Ready means listening, and an upstream connection is open or one opens
-        within ``timeout`` (it then stays in the pool for the next request).
+        within ``timeout``. One opened here carries no stream, so it stays for
+        the next request only until ``idle_conn_timeout``.
         """
         if self._server is None or not self._server.is_serving() or self.pool is None:
             return "not listening"

@@ -202,6 +202,11 @@ class UpstreamConnection(asyncio.Protocol):
         self.age_limit = random.uniform(0.9, 1.0) * config.max_conn_age
         self._on_age = on_age
         self._age_timer: asyncio.TimerHandle | None = None
+        # Closed after this long without a stream, as Go's transport does (0: never).
+        self._idle_timeout = config.idle_conn_timeout
+        self._idle_since = self.created_at
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self.answered = 0  # streams the peer sent response headers for: it is taking work
         # headers.request_headers produces what h2's outbound checks would: skip them.
         h2_config = h2.config.H2Configuration(
             client_side=True,
@@ -361,6 +366,7 @@ class UpstreamConnection(asyncio.Protocol):
         elif kind is h2.events.ResponseReceived:
             stream = self.streams.get(event.stream_id)
             if stream is not None:
+                self.answered += 1
                 stream.sink.on_response(event.headers, event.stream_ended is not None)
         elif kind is h2.events.StreamEnded:
             stream = self.streams.get(event.stream_id)
@@ -422,6 +428,11 @@ class UpstreamConnection(asyncio.Protocol):
             if self.age_limit > 0 and self._on_age is not None:
                 self._age_timer = self._loop.call_at(
                     self.created_at + self.age_limit, self._on_age, self
+                )
+            if self._idle_timeout > 0:
+                self._idle_since = self._loop.time()
+                self._idle_timer = self._loop.call_at(
+                    self._idle_since + self._idle_timeout, self._check_idle
                 )
         self._on_change(self)
 
@@ -562,6 +573,8 @@ class UpstreamConnection(asyncio.Protocol):
         if stream.unacked:
             self._ack(stream.stream_id, stream.unacked)
             stream.unacked = 0
+        if not self.streams:
+            self._idle_since = self._loop.time()
         if self.state is ConnState.OPEN:
             self._on_change(self)  # a slot is free
         else:
@@ -606,6 +619,23 @@ class UpstreamConnection(asyncio.Protocol):
             self.close_reason = reason
             self._on_change(self)
 
+    def _check_idle(self) -> None:
+        """One timer per connection, re-armed lazily: streams ending only record
+        the time, so a busy connection costs no timer operation per request."""
+        self._idle_timer = None
+        if self.state is not ConnState.OPEN:
+            return
+        now = self._loop.time()
+        if self.busy:
+            due = now + self._idle_timeout
+        else:
+            due = self._idle_since + self._idle_timeout
+            if due <= now:
+                log.info("conn=%d idle for %.1fs: closing", self.id, now - self._idle_since)
+                self.close("idle-conn-timeout")
+                return
+        self._idle_timer = self._loop.call_at(due, self._check_idle)
+
     def _close_if_drained(self) -> None:
         if self.state is ConnState.DRAINING and not self.streams and not self.reserved:
             self.close(self.close_reason)
@@ -636,9 +666,10 @@ class UpstreamConnection(asyncio.Protocol):
         self.state = ConnState.CLOSED
         self.close_reason = self.close_reason or reason
         self._liveness.stop()
-        if self._age_timer is not None:
-            self._age_timer.cancel()
-            self._age_timer = None
+        for timer in (self._age_timer, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
+        self._age_timer = self._idle_timer = None
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()

@@ -33,7 +33,7 @@ class FakeSlot:
         assert not self.spent
         self.spent = True
         self.conn.reserved -= 1
-        self.conn.streams += 1
+        self.conn.streams[len(self.conn.streams) * 2 + 1] = None
 
 
 class FakeConn:
@@ -50,7 +50,7 @@ class FakeConn:
         self.upstream = "fake"
         self.state = ConnState.OPEN
         self.max_streams = max_streams
-        self.streams = 0
+        self.streams: dict[int, None] = {}
         self.reserved = 0
         self.released = 0
         self.answered = 0
@@ -64,13 +64,16 @@ class FakeConn:
         return bool(self.streams or self.reserved)
 
     def try_reserve(self) -> FakeSlot | None:
-        if self.state is not ConnState.OPEN or self.streams + self.reserved >= self.max_streams:
+        if (
+            self.state is not ConnState.OPEN
+            or len(self.streams) + self.reserved >= self.max_streams
+        ):
             return None
         self.reserved += 1
         return FakeSlot(self)
 
     def end_stream(self) -> None:
-        self.streams -= 1
+        self.streams.popitem()
         self.notify()
 
     def retire(self, reason: str) -> None:
@@ -266,6 +269,54 @@ async def test_a_draining_connection_makes_waiters_dial() -> None:
     dialer.gate.set()
     await settle()
     assert waiter.done() and waiter.result().conn.id == 2
+    pool.close()
+
+
+async def test_an_idle_connection_at_its_age_closes_without_a_successor() -> None:
+    dialer = FakeDialer()
+    pool = make_pool(dialer)
+    (await pool.acquire()).release()
+    conn = dialer.conns[0]
+    conn.on_age(conn)
+    await settle()
+    assert conn.retired_for == "max-conn-age" and conn.state is ConnState.CLOSED
+    assert dialer.attempts == 1 and pool.connections == []
+    slot = await pool.acquire()  # the next request opens a connection
+    assert slot.conn.id == 2
+    pool.close()
+
+
+async def test_a_busy_connection_at_its_age_gets_its_successor_first() -> None:
+    dialer = FakeDialer()
+    pool = make_pool(dialer)
+    (await pool.acquire()).open()
+    conn = dialer.conns[0]
+    dialer.gate = asyncio.Event()
+    conn.on_age(conn)
+    await settle()
+    assert dialer.attempts == 2 and conn.retired_for == ""  # still taking streams
+    slot = pool.try_acquire()
+    assert slot is not None and slot.conn is conn
+    slot.release()
+    dialer.gate.set()
+    await settle()
+    assert conn.retired_for == "max-conn-age" and conn.state is ConnState.DRAINING
+    slot = pool.try_acquire()
+    assert slot is not None and slot.conn.id == 2
+    pool.close()
+
+
+async def test_answered_counts_connections_that_left() -> None:
+    dialer = FakeDialer(max_streams=1)
+    pool = make_pool(dialer)
+    await pool.acquire()
+    await pool.acquire()
+    first, second = dialer.conns
+    first.answered, second.answered = 3, 4
+    assert pool.answered == 7
+    first.close("gone")
+    second.answered += 1
+    assert pool.answered == 8
     pool.close()
 
 

@@ -111,7 +111,7 @@ async def test_a_request_and_its_response() -> None:
         None,
     )
     assert stream.closed and not h.conn.streams
-    assert h.conn.free_slots == 10
+    assert h.conn.free_slots == 10 and h.conn.answered == 1
 
 
 async def test_never_more_streams_than_the_peer_allows() -> None:
@@ -340,3 +340,22 @@ async def test_cancel_resets_the_stream_and_frees_its_slot() -> None:
     # Late frames for the abandoned stream are dropped, not delivered.
     h.feed(h.server.headers(1, 200), h.server.data(1, b"late"))
     assert sink.status is None and not sink.data and h.conn.state is ConnState.OPEN
+
+
+async def test_a_connection_without_streams_for_idle_conn_timeout_closes_with_goaway() -> None:
+    h = Harness(idle_conn_timeout=0.05)
+    stream, _ = h.open()
+    await asyncio.sleep(0.1)
+    assert h.conn.state is ConnState.OPEN, "closed while carrying a stream"
+    h.feed(h.server.headers(stream.stream_id, 200, end_stream=True))
+    await asyncio.sleep(0.03)
+    assert h.conn.state is ConnState.OPEN, "the idle clock did not restart at the last stream"
+    slot = h.slot()
+    await asyncio.sleep(0.1)
+    assert h.conn.state is ConnState.OPEN, "closed while a slot was reserved"
+    slot.release()
+    await asyncio.sleep(0.1)
+    assert h.conn.state is ConnState.CLOSED and h.transport.closed
+    (goaway,) = of(GoAwayFrame, h.transport.frames())
+    assert goaway.error_code == ErrorCodes.NO_ERROR
+    assert h.changes > 0 and h.conn.try_reserve() is None
