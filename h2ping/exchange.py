@@ -70,7 +70,6 @@ class Exchange:
         "_status",
         "_stream",
         "_task",
-        "_unacked",
         "_unreplayable_reason",
         "_unsent",
         "_unsent_bytes",
@@ -96,7 +95,6 @@ class Exchange:
         self._replayable = True
         self._finished = False
         self._unreplayable_reason = ""
-        self._unacked = 0  # response bytes written to the client, credit not yet returned
         self._attempt = 0
         self._answered_mark = 0  # upstream answers seen when the last attempt failed
         self.conn_id = 0  # 0 until a connection is chosen
@@ -134,9 +132,8 @@ class Exchange:
             self._stream.end()
 
     def client_drained(self) -> None:
-        if self._unacked and self._stream is not None:
-            self._stream.ack(self._unacked)
-        self._unacked = 0
+        if self._stream is not None:
+            self._stream.ack_held()
 
     def cancel(self) -> None:
         """The client went away: stop everything, leave nothing behind."""
@@ -174,10 +171,10 @@ class Exchange:
     def on_data(self, data: bytes, flow_controlled_length: int) -> None:
         self._writer.write(data)
         if self._writer.paused:
-            # Returned as the client drains (client_drained), so a slow client
-            # holds back its own stream only.
-            self._unacked += flow_controlled_length
-        elif self._stream is not None:
+            # The stream holds the credit until the client drains (client_drained),
+            # so a slow client holds back its own stream only.
+            return
+        if self._stream is not None:
             self._stream.ack(flow_controlled_length)
 
     def on_end(self) -> None:

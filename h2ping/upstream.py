@@ -120,6 +120,10 @@ class UpstreamStream:
         self.unacked -= nbytes
         self.conn._ack(self.stream_id, nbytes)
 
+    def ack_held(self) -> None:
+        """Give back all the credit of response data delivered so far."""
+        self.ack(self.unacked)
+
     def cancel(self, error_code: int = ErrorCodes.CANCEL) -> None:
         """Abandon the stream (the client went away): RST_STREAM upstream."""
         if not self.closed:

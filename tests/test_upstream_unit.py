@@ -44,7 +44,8 @@ class Harness:
         self.conn.connection_made(self.transport)  # type: ignore[arg-type]
         self.handshake = self.transport.frames()
         self.feed(
-            self.server.settings(max_concurrent_streams=max_streams, initial_window_size=window)
+            self.server.settings(max_concurrent_streams=max_streams, initial_window_size=window),
+            self.server.settings(ack=True),  # our windows apply from the peer's ACK on
         )
 
     def _changed(self, conn: UpstreamConnection) -> None:
@@ -359,3 +360,20 @@ async def test_a_connection_without_streams_for_idle_conn_timeout_closes_with_go
     (goaway,) = of(GoAwayFrame, h.transport.frames())
     assert goaway.error_code == ErrorCodes.NO_ERROR
     assert h.changes > 0 and h.conn.try_reserve() is None
+
+
+async def test_response_credit_is_held_on_the_stream_until_given_back() -> None:
+    """A slow client's stream keeps its credit: no WINDOW_UPDATE until ack_held."""
+    h = Harness()
+    stream, sink = h.open()
+    await h.sent()
+    chunk = b"d" * 16384
+    h.feed(h.server.headers(1, 200), *(h.server.data(1, chunk) for _ in range(150)))
+    assert len(sink.data) == stream.unacked == 150 * 16384
+    assert not [f for f in of(WindowUpdateFrame, await h.sent()) if f.stream_id == 1]
+    stream.ack_held()
+    updates = [f for f in of(WindowUpdateFrame, await h.sent()) if f.stream_id == 1]
+    assert sum(f.window_increment for f in updates) == 150 * 16384
+    assert stream.unacked == 0
+    stream.ack_held()  # nothing more to give
+    assert not of(WindowUpdateFrame, await h.sent())
