@@ -364,26 +364,26 @@ class UpstreamConnection(asyncio.Protocol):
                     )
 
     def _dispatch(self, event: h2.events.Event) -> None:
-        kind = type(event)
-        if kind is h2.events.DataReceived:
+        # No h2 event class derives from another: isinstance picks exactly one.
+        if isinstance(event, h2.events.DataReceived):
             self._on_data(event)
-        elif kind is h2.events.ResponseReceived:
+        elif isinstance(event, h2.events.ResponseReceived):
             stream = self.streams.get(event.stream_id)
             if stream is not None:
                 self.answered += 1
                 stream.sink.on_response(event.headers, event.stream_ended is not None)
-        elif kind is h2.events.StreamEnded:
+        elif isinstance(event, h2.events.StreamEnded):
             stream = self.streams.get(event.stream_id)
             if stream is not None:
                 stream.remote_ended = True
                 self._on_remote_end(stream)
-        elif kind is h2.events.StreamReset:
+        elif isinstance(event, h2.events.StreamReset):
             self._on_reset(event)
-        elif kind is h2.events.WindowUpdated:
+        elif isinstance(event, h2.events.WindowUpdated):
             self._on_window_update(event.stream_id)
-        elif kind is h2.events.RemoteSettingsChanged:
+        elif isinstance(event, h2.events.RemoteSettingsChanged):
             self._on_settings(event)
-        elif kind is h2.events.PingAckReceived:
+        elif isinstance(event, h2.events.PingAckReceived):
             self._liveness.on_ack(event.ping_data)
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
