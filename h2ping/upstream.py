@@ -153,10 +153,12 @@ class StreamSlot:
         if self._spent:
             raise RuntimeError("stream slot used twice")
         self._spent = True
+        stream = None
         try:
-            return self.conn._open_stream(headers, sink, end_stream)
+            stream = self.conn._open_stream(headers, sink, end_stream)
         finally:
-            self.conn._unreserve(freed=False)
+            self.conn._unreserve(freed=stream is None)
+        return stream
 
     def release(self) -> None:
         """Give the slot back unused (the request went away meanwhile)."""
@@ -268,7 +270,8 @@ class UpstreamConnection(asyncio.Protocol):
         return stream
 
     def _unreserve(self, freed: bool) -> None:
-        """A reservation ended: used for a stream, or (``freed``) given back."""
+        """A reservation ended: used for a stream, or (``freed``) given back or
+        failed to open."""
         self.reserved -= 1
         if self.state is ConnState.DRAINING:
             self._close_if_drained()
