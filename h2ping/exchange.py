@@ -27,14 +27,21 @@ from .http1 import Request, ResponseWriter
 from .pool import Pool
 from .retry import BUDGET_REACHED, KeptBody, RetryBudget
 from .stats import Stats
-from .upstream import SEND_HIGH_WATER, UpstreamConnection, UpstreamStream
+from .upstream import SEND_HIGH_WATER, SlotLost, StreamSlot, UpstreamStream
 
 log = logging.getLogger("h2ping.exchange")
 
-#: How often one request may be replayed after refusals before it fails, and the
-#: first pause before a repeated replay (the first replay goes at once).
-MAX_REPLAYS = 3
+#: A request refused unprocessed is replayed up to MAX_REPLAYS times, as Go's
+#: transport does: the first at once, later ones after a jittered pause that
+#: doubles from REPLAY_BACKOFF and stays under REPLAY_MAX_PAUSE, so a storm of
+#: refusals is spread out, not amplified, and costs little latency. Past
+#: MAX_REPLAYS it goes on only while the upstream answers other streams (it is
+#: shedding load, not refusing everything), up to MAX_REPLAYS_WITH_PROGRESS: an
+#: upstream that refuses every stream still fails a request within a second.
+MAX_REPLAYS = 6
+MAX_REPLAYS_WITH_PROGRESS = 30
 REPLAY_BACKOFF = 0.01
+REPLAY_MAX_PAUSE = 0.25
 PROXY_NAME = "h2ping"
 
 
@@ -61,6 +68,7 @@ class Exchange:
     """Forwards one request and its response."""
 
     __slots__ = (
+        "_answered_mark",
         "_attempt",
         "_backoff",
         "_body",
@@ -72,7 +80,6 @@ class Exchange:
         "_status",
         "_stream",
         "_task",
-        "_unacked",
         "_unsent",
         "_unsent_bytes",
         "_writer",
@@ -95,8 +102,8 @@ class Exchange:
         self._unsent_bytes = 0
         self._body = KeptBody(ctx.retry_budget, ctx.retry_body_limit, request.content_length)
         self._finished = False
-        self._unacked = 0  # response bytes written to the client, credit not yet returned
         self._attempt = 0
+        self._answered_mark = 0  # upstream answers seen when the last attempt failed
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
 
@@ -144,9 +151,8 @@ class Exchange:
             self._stream.end()
 
     def client_drained(self) -> None:
-        if self._unacked and self._stream is not None:
-            self._stream.ack(self._unacked)
-        self._unacked = 0
+        if self._stream is not None:
+            self._stream.ack_held()
 
     def cancel(self) -> None:
         """The client went away."""
@@ -200,10 +206,10 @@ class Exchange:
     def on_data(self, data: bytes, flow_controlled_length: int) -> None:
         self._writer.write(data)
         if self._writer.paused:
-            # Returned as the client drains (client_drained), so a slow client
-            # holds back its own stream only.
-            self._unacked += flow_controlled_length
-        elif self._stream is not None:
+            # The stream holds the credit until the client drains (client_drained),
+            # so a slow client holds back its own stream only.
+            return
+        if self._stream is not None:
             self._stream.ack(flow_controlled_length)
 
     def on_end(self) -> None:
@@ -227,29 +233,32 @@ class Exchange:
 
     def _next_attempt(self) -> None:
         self._backoff = None
-        conn = self._ctx.pool.try_acquire()
-        if conn is None:
+        slot = self._ctx.pool.try_acquire()
+        if slot is None:
             self._task = asyncio.get_running_loop().create_task(self._wait_for_slot())
         else:
-            self._open_on(conn)
+            self._open_on(slot)
 
     async def _wait_for_slot(self) -> None:
         try:
-            conn = await self._ctx.pool.acquire()
+            slot = await self._ctx.pool.acquire()
         except UpstreamError as exc:
             self._task = None
             self._attempt_failed(exc)
             return
         self._task = None
-        self._open_on(conn)
+        self._open_on(slot)
 
-    def _open_on(self, conn: UpstreamConnection) -> None:
-        """Send the request on a slot reserved on ``conn``."""
-        self.conn_id = conn.id
+    def _open_on(self, slot: StreamSlot) -> None:
+        """Send the request on a reserved stream slot."""
+        self.conn_id = slot.conn.id
         body = self._body.chunks if self._attempt else self._unsent
         end_now = self._body_ended and not any(body)
         try:
-            stream = conn.open_stream(self._fields, self, end_stream=end_now)
+            stream = slot.open(self._fields, self, end_stream=end_now)
+        except SlotLost:  # the connection ended since the reservation: nothing was sent
+            self._next_attempt()
+            return
         except UpstreamError as exc:
             self._attempt_failed(exc)
             return
@@ -275,6 +284,7 @@ class Exchange:
             return
         if self._may_replay(error):
             self._attempt += 1
+            self._answered_mark = self._ctx.pool.answered
             self._ctx.stats.replays += 1
             log.info(
                 "%s: replaying (%s), attempt %d", self._where(), error.detail, self._attempt + 1
@@ -282,7 +292,8 @@ class Exchange:
             if self._attempt == 1:
                 self._next_attempt()
             else:  # refused again: give the upstream a moment (jittered, doubling)
-                delay = REPLAY_BACKOFF * 2 ** (self._attempt - 2) * (1 + random.random())
+                pause = min(REPLAY_BACKOFF * 2 ** (self._attempt - 2), REPLAY_MAX_PAUSE / 2)
+                delay = pause * (1 + random.random())
                 self._backoff = asyncio.get_running_loop().call_later(delay, self._next_attempt)
             return
         self._finish()
@@ -307,11 +318,13 @@ class Exchange:
         return where
 
     def _may_replay(self, error: UpstreamError) -> bool:
+        if not (error.retryable and self._replayable and not self._writer.started):
+            return False
+        if self._attempt < MAX_REPLAYS:
+            return True
         return (
-            error.retryable
-            and self._replayable
-            and not self._writer.started
-            and self._attempt < MAX_REPLAYS
+            self._attempt < MAX_REPLAYS_WITH_PROGRESS
+            and self._ctx.pool.answered > self._answered_mark
         )
 
     def _fail(self, error: UpstreamError) -> None:

@@ -11,6 +11,7 @@ Only the 9-byte frame headers are read; payloads pass through untouched.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 FRAME_HEADER = 9
 _DATA, _SETTINGS, _PING, _GOAWAY = 0x0, 0x4, 0x6, 0x7
@@ -36,10 +37,11 @@ class FrameSizeError(Exception):
 class FrameSplitter:
     """Feed bytes in; get back runs of whole frames for h2 and GOAWAY payloads."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._buffer = b""
+        self._clock = clock
         self._credit = float(CONTROL_BURST)
-        self._credit_at = time.monotonic()
+        self._credit_at = clock()
 
     def split(self, data: bytes) -> list[tuple[bool, bytes]]:
         """Return ``(is_goaway, bytes)`` pieces in order: runs of frames for h2,
@@ -77,7 +79,7 @@ class FrameSplitter:
         return pieces
 
     def _spend(self, frames: int) -> None:
-        now = time.monotonic()
+        now = self._clock()
         self._credit = min(
             CONTROL_BURST, self._credit + (now - self._credit_at) * CONTROL_PER_SECOND
         )

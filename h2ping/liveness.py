@@ -30,10 +30,12 @@ class Liveness:
         send_ping: Callable[[bytes], None],
         on_dead: Callable[[float, float], None],
         stats: Stats,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """``send_ping(payload)`` writes a PING; ``on_dead(silent_for, since_ping)``
-        is called once, when the peer is declared dead."""
-        self._loop = asyncio.get_running_loop()
+        is called once, when the peer is declared dead. ``loop`` gives the clock and
+        the timers (default: the running loop)."""
+        self._loop = loop or asyncio.get_running_loop()
         self._interval = interval
         self.timeout = timeout
         self._send_ping = send_ping

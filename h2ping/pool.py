@@ -1,8 +1,9 @@
 """Which upstream connection carries the next stream.
 
-The pool only chooses: it hands out a reserved stream slot on an open connection,
-never more than the peer's ``SETTINGS_MAX_CONCURRENT_STREAMS``, and opens another
-connection when none has room. Requests that find no slot wait in arrival order.
+The pool only chooses: it asks its connections, oldest first, for a stream slot
+(each connection counts its own, never more than the peer's
+``SETTINGS_MAX_CONCURRENT_STREAMS``), and opens another connection when none has
+room. Requests that find no slot wait in arrival order.
 """
 
 from __future__ import annotations
@@ -12,63 +13,77 @@ import contextlib
 import logging
 import ssl
 from collections import deque
+from collections.abc import Awaitable, Callable
 
 from .config import Config
 from .errors import UpstreamError
 from .logs import plural
 from .stats import Stats
-from .upstream import ConnState, UpstreamConnection, connect
+from .upstream import ConnState, StreamSlot, UpstreamConnection, connect
 
 log = logging.getLogger("h2ping.pool")
 
 
 class Pool:
-    def __init__(self, config: Config, ssl_context: ssl.SSLContext | None, stats: Stats) -> None:
+    def __init__(
+        self,
+        config: Config,
+        ssl_context: ssl.SSLContext | None,
+        stats: Stats,
+        *,
+        dial: Callable[..., Awaitable[UpstreamConnection]] = connect,
+    ) -> None:
+        """``dial`` opens a connection, with :func:`~h2ping.upstream.connect`'s arguments."""
         self._config = config
+        self._dial = dial
         self._stats = stats
         self._ssl_context = ssl_context
         self._conns: list[UpstreamConnection] = []
-        self._waiters: deque[asyncio.Future[UpstreamConnection]] = deque()
+        self._waiters: deque[asyncio.Future[StreamSlot]] = deque()
         self._connecting: asyncio.Task[None] | None = None
         self._retiring: list[UpstreamConnection] = []  # past max-conn-age, still taking streams
         self._next_id = 1
         self._closed = False
+        self._answered_before = 0  # by connections no longer in the pool
 
     @property
     def connections(self) -> list[UpstreamConnection]:
         return list(self._conns)
 
-    async def acquire(self) -> UpstreamConnection:
-        """Return a connection with one stream slot reserved for the caller.
+    @property
+    def answered(self) -> int:
+        """Streams the upstream has sent response headers for, ever: it grows while
+        the upstream takes work, even while it refuses some streams."""
+        return self._answered_before + sum(conn.answered for conn in self._conns)
 
-        The caller must either ``open_stream`` on it or ``release_reservation``.
+    async def acquire(self) -> StreamSlot:
+        """A stream slot for the caller, waiting for one if need be.
+
+        The caller must either ``open`` it or ``release`` it.
         """
         if self._closed:
             raise UpstreamError("proxy_internal_error", "proxy is shutting down")
-        conn = self.try_acquire()
-        if conn is not None:
-            return conn
-        waiter: asyncio.Future[UpstreamConnection] = asyncio.get_running_loop().create_future()
+        slot = self.try_acquire()
+        if slot is not None:
+            return slot
+        waiter: asyncio.Future[StreamSlot] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         self._ensure_connecting()
         try:
             return await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                waiter.result().release_reservation()
+                waiter.result().release()  # woken, then cancelled before it ran
             else:
                 self._discard(waiter)
             raise
 
-    def try_acquire(self) -> UpstreamConnection | None:
-        """A connection with a slot reserved for the caller, if one is free right
-        now and nobody is waiting ahead of it; else None (then ``acquire``)."""
+    def try_acquire(self) -> StreamSlot | None:
+        """A stream slot, if one is free right now and nobody is waiting ahead
+        of the caller; else None (then ``acquire``)."""
         if self._closed or self._waiters:
             return None
-        conn = self._pick()
-        if conn is not None:
-            conn.reserved += 1
-        return conn
+        return self._reserve()
 
     def close(self) -> None:
         """Close every connection (GOAWAY) and fail whoever still waits."""
@@ -81,29 +96,30 @@ class Pool:
 
     # ----------------------------------------------------------------- internals
 
-    def _pick(self) -> UpstreamConnection | None:
+    def _reserve(self) -> StreamSlot | None:
         # Oldest first: concentrates streams, so spare connections can go idle.
         for conn in self._conns:
-            if conn.free_slots > 0:
-                return conn
+            slot = conn.try_reserve()
+            if slot is not None:
+                return slot
         return None
 
     def _on_conn_change(self, conn: UpstreamConnection) -> None:
         """A connection opened, freed a slot, stopped taking streams or closed."""
         if conn.state is ConnState.CLOSED and conn in self._conns:
             self._conns.remove(conn)
+            self._answered_before += conn.answered
         self._wake()
 
     def _wake(self) -> None:
         while self._waiters:
-            conn = self._pick()
-            if conn is None:
-                break
-            waiter = self._waiters.popleft()
-            if waiter.done():
+            if self._waiters[0].done():  # cancelled while waiting
+                self._waiters.popleft()
                 continue
-            conn.reserved += 1
-            waiter.set_result(conn)
+            slot = self._reserve()
+            if slot is None:
+                break
+            self._waiters.popleft().set_result(slot)
         if self._waiters:
             self._ensure_connecting()
 
@@ -115,7 +131,7 @@ class Pool:
         conn_id = self._next_id
         self._next_id += 1
         try:
-            conn = await connect(
+            conn = await self._dial(
                 self._config,
                 self._ssl_context,
                 conn_id,
@@ -144,10 +160,19 @@ class Pool:
         self._wake()
 
     def _on_conn_age(self, conn: UpstreamConnection) -> None:
-        """Open the successor first, so no request waits for a handshake it would
-        not have needed; the old connection stops taking streams once it is up."""
+        """Retire a connection at its age limit. While it carries requests or some
+        wait, the successor opens first, so no request waits for a handshake it
+        would not have needed; the old one stops taking streams once that is up.
+        An idle one closes at once, and the next request opens a connection."""
+        if conn.state is not ConnState.OPEN:
+            return
+        if not conn.busy and not self._waiters:
+            self._stats.retired += 1
+            log.info("conn=%d reached its age limit (%.1fs) idle: closing", conn.id, conn.age_limit)
+            conn.retire("max-conn-age")
+            return
         log.info(
-            "conn=%d reached its age limit (%.0fs): opening a successor",
+            "conn=%d reached its age limit (%.1fs): opening a successor",
             conn.id,
             conn.age_limit,
         )
@@ -157,6 +182,8 @@ class Pool:
     def _retire_old(self) -> None:
         retiring, self._retiring = self._retiring, []
         for conn in retiring:
+            if conn.state is not ConnState.OPEN:
+                continue  # ended meanwhile
             self._stats.retired += 1
             log.info("conn=%d retired: finishing %s", conn.id, plural(len(conn.streams), "stream"))
             conn.retire("max-conn-age")
@@ -167,6 +194,6 @@ class Pool:
             if not waiter.done():
                 waiter.set_exception(error)
 
-    def _discard(self, waiter: asyncio.Future[UpstreamConnection]) -> None:
+    def _discard(self, waiter: asyncio.Future[StreamSlot]) -> None:
         with contextlib.suppress(ValueError):
             self._waiters.remove(waiter)

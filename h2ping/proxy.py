@@ -149,7 +149,8 @@ class Proxy:
         """None if requests can be forwarded now, else why not: for ``/readyz``.
 
         Ready means listening, and an upstream connection is open or one opens
-        within ``timeout`` (it then stays in the pool for the next request).
+        within ``timeout``. One opened here carries no stream, so it stays for
+        the next request only until ``idle_conn_timeout``.
         """
         if self._draining:
             return "draining"
@@ -159,12 +160,12 @@ class Proxy:
             return None
         try:
             async with asyncio.timeout(timeout):
-                conn = await self.pool.acquire()
+                slot = await self.pool.acquire()
         except TimeoutError:
             return f"no upstream connection within {timeout:g}s"
         except UpstreamError as exc:
             return f"upstream: {exc}"
-        conn.release_reservation()
+        slot.release()
         return None
 
     def _new_exchange(self, request: Request, writer: ResponseWriter) -> Exchange:

@@ -125,6 +125,10 @@ class UpstreamStream:
         self.unacked -= nbytes
         self.conn._ack(self.stream_id, nbytes)
 
+    def ack_held(self) -> None:
+        """Give back all the credit of response data delivered so far."""
+        self.ack(self.unacked)
+
     def cancel(self, error_code: int = ErrorCodes.CANCEL) -> None:
         """Abandon the stream (the client went away): RST_STREAM upstream."""
         if not self.closed:
@@ -132,6 +136,43 @@ class UpstreamStream:
 
     def __repr__(self) -> str:
         return f"<stream {self.conn.id}/{self.stream_id}>"
+
+
+class SlotLost(UpstreamError):
+    """The connection stopped taking streams between the reservation and its use:
+    nothing was sent, so this is no attempt, only a reason to ask again."""
+
+
+class StreamSlot:
+    """One stream slot reserved on a connection: opened or released, exactly once."""
+
+    __slots__ = ("_spent", "conn")
+
+    def __init__(self, conn: UpstreamConnection) -> None:
+        self.conn = conn
+        self._spent = False
+
+    def open(self, headers: list[Header], sink: StreamSink, *, end_stream: bool) -> UpstreamStream:
+        """Send HEADERS on this slot. Raises :class:`SlotLost` if the connection
+        stopped taking streams since the slot was reserved."""
+        if self._spent:
+            raise RuntimeError("stream slot used twice")
+        self._spent = True
+        stream = None
+        try:
+            stream = self.conn._open_stream(headers, sink, end_stream)
+        finally:
+            self.conn._unreserve(freed=stream is None)
+        return stream
+
+    def release(self) -> None:
+        """Give the slot back unused (the request went away meanwhile)."""
+        if not self._spent:
+            self._spent = True
+            self.conn._unreserve(freed=True)
+
+    def __repr__(self) -> str:
+        return f"<slot on conn {self.conn.id}{' spent' if self._spent else ''}>"
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -172,6 +213,11 @@ class UpstreamConnection(asyncio.Protocol):
         self.age_limit = random.uniform(0.9, 1.0) * config.max_conn_age
         self._on_age = on_age
         self._age_timer: asyncio.TimerHandle | None = None
+        # Closed after this long without a stream, as Go's transport does (0: never).
+        self._idle_timeout = config.idle_conn_timeout
+        self._idle_since = self.created_at
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self.answered = 0  # streams the peer sent response headers for: it is taking work
         # headers.request_headers produces what h2's outbound checks would: skip them.
         h2_config = h2.config.H2Configuration(
             client_side=True,
@@ -185,6 +231,11 @@ class UpstreamConnection(asyncio.Protocol):
         self._h2 = h2.connection.H2Connection(config=h2_config)
 
     # ----------------------------------------------------------------- capacity
+    #
+    # The connection alone counts its stream slots: a slot is taken by
+    # try_reserve() and comes back exactly once, through StreamSlot.open() or
+    # StreamSlot.release(), both ending in _unreserve(), which closes a draining
+    # connection whose last slot that was.
 
     @property
     def free_slots(self) -> int:
@@ -192,14 +243,23 @@ class UpstreamConnection(asyncio.Protocol):
             return 0
         return self.max_streams - len(self.streams) - self.reserved
 
-    def open_stream(
-        self, headers: list[Header], sink: StreamSink, *, end_stream: bool
+    @property
+    def busy(self) -> bool:
+        """Carrying a stream, or promised one."""
+        return bool(self.streams or self.reserved)
+
+    def try_reserve(self) -> StreamSlot | None:
+        """One stream slot for the caller, if the connection takes streams and has room."""
+        if self.free_slots <= 0:
+            return None
+        self.reserved += 1
+        return StreamSlot(self)
+
+    def _open_stream(
+        self, headers: list[Header], sink: StreamSink, end_stream: bool
     ) -> UpstreamStream:
-        """Send HEADERS on a slot the pool reserved for the caller."""
-        self.reserved -= 1
         if self.state is not ConnState.OPEN:
-            # Never sent: safe to try elsewhere.
-            raise UpstreamError(
+            raise SlotLost(
                 errors.CONNECTION_TERMINATED,
                 f"connection {self.id} stopped taking streams ({self.close_reason})",
                 retryable=True,
@@ -214,10 +274,14 @@ class UpstreamConnection(asyncio.Protocol):
             self._drain("stream ids exhausted")
         return stream
 
-    def release_reservation(self) -> None:
-        """The pool's promise was not used (the request was cancelled meanwhile)."""
+    def _unreserve(self, freed: bool) -> None:
+        """A reservation ended: used for a stream, or (``freed``) given back or
+        failed to open."""
         self.reserved -= 1
-        self._on_change(self)
+        if self.state is ConnState.DRAINING:
+            self._close_if_drained()
+        elif freed and self.state is ConnState.OPEN:
+            self._on_change(self)
 
     async def wait_ready(self) -> None:
         await self._ready
@@ -239,8 +303,9 @@ class UpstreamConnection(asyncio.Protocol):
             except h2.exceptions.ProtocolError:
                 pass
             self._transport.close()
-        self._fail_all(UpstreamError(errors.CONNECTION_TERMINATED, f"connection closed: {reason}"))
-        self._set_closed(reason)
+        self._end(
+            reason, UpstreamError(errors.CONNECTION_TERMINATED, f"connection closed: {reason}")
+        )
 
     # ----------------------------------------------------------------- protocol
 
@@ -288,8 +353,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._fail_ready(
             UpstreamError(errors.CONNECTION_TERMINATED, f"{reason} before HTTP/2 SETTINGS")
         )
-        self._fail_all(UpstreamError(errors.CONNECTION_TERMINATED, reason))
-        self._set_closed(reason)
+        self._end(reason, UpstreamError(errors.CONNECTION_TERMINATED, reason))
 
     # ----------------------------------------------------------------- inbound
 
@@ -308,25 +372,26 @@ class UpstreamConnection(asyncio.Protocol):
                     )
 
     def _dispatch(self, event: h2.events.Event) -> None:
-        kind = type(event)
-        if kind is h2.events.DataReceived:
+        # No h2 event class derives from another: isinstance picks exactly one.
+        if isinstance(event, h2.events.DataReceived):
             self._on_data(event)
-        elif kind is h2.events.ResponseReceived:
+        elif isinstance(event, h2.events.ResponseReceived):
             stream = self.streams.get(event.stream_id)
             if stream is not None:
+                self.answered += 1
                 stream.sink.on_response(event.headers, event.stream_ended is not None)
-        elif kind is h2.events.StreamEnded:
+        elif isinstance(event, h2.events.StreamEnded):
             stream = self.streams.get(event.stream_id)
             if stream is not None:
                 stream.remote_ended = True
                 self._on_remote_end(stream)
-        elif kind is h2.events.StreamReset:
+        elif isinstance(event, h2.events.StreamReset):
             self._on_reset(event)
-        elif kind is h2.events.WindowUpdated:
+        elif isinstance(event, h2.events.WindowUpdated):
             self._on_window_update(event.stream_id)
-        elif kind is h2.events.RemoteSettingsChanged:
+        elif isinstance(event, h2.events.RemoteSettingsChanged):
             self._on_settings(event)
-        elif kind is h2.events.PingAckReceived:
+        elif isinstance(event, h2.events.PingAckReceived):
             self._liveness.on_ack(event.ping_data)
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
@@ -375,6 +440,11 @@ class UpstreamConnection(asyncio.Protocol):
             if self.age_limit > 0 and self._on_age is not None:
                 self._age_timer = self._loop.call_at(
                     self.created_at + self.age_limit, self._on_age, self
+                )
+            if self._idle_timeout > 0:
+                self._idle_since = self._loop.time()
+                self._idle_timer = self._loop.call_at(
+                    self._idle_since + self._idle_timeout, self._check_idle
                 )
         self._on_change(self)
 
@@ -510,11 +580,17 @@ class UpstreamConnection(asyncio.Protocol):
         self.streams.pop(stream.stream_id, None)
         self._blocked.discard(stream)
         stream._outq.clear()
+        if self.state is ConnState.CLOSED:
+            return  # nothing to give back or to tell: _end is failing every stream
         if stream.unacked:
             self._ack(stream.stream_id, stream.unacked)
             stream.unacked = 0
-        self._close_if_drained()
-        self._on_change(self)
+        if not self.streams:
+            self._idle_since = self._loop.time()
+        if self.state is ConnState.OPEN:
+            self._on_change(self)  # a slot is free
+        else:
+            self._close_if_drained()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -545,8 +621,7 @@ class UpstreamConnection(asyncio.Protocol):
             errors.CONNECTION_TERMINATED,
             f"upstream connection {self.id} dead: no frame for {silent_for:.1f}s after a PING",
         )
-        self._fail_all(error)
-        self._set_closed("ping timeout")
+        self._end("ping timeout", error)
 
     # ----------------------------------------------------------------- ending
 
@@ -556,6 +631,23 @@ class UpstreamConnection(asyncio.Protocol):
             self.close_reason = reason
             self._on_change(self)
 
+    def _check_idle(self) -> None:
+        """One timer per connection, re-armed lazily: streams ending only record
+        the time, so a busy connection costs no timer operation per request."""
+        self._idle_timer = None
+        if self.state is not ConnState.OPEN:
+            return
+        now = self._loop.time()
+        if self.busy:
+            due = now + self._idle_timeout
+        else:
+            due = self._idle_since + self._idle_timeout
+            if due <= now:
+                log.info("conn=%d idle for %.1fs: closing", self.id, now - self._idle_since)
+                self.close("idle-conn-timeout")
+                return
+        self._idle_timer = self._loop.call_at(due, self._check_idle)
+
     def _close_if_drained(self) -> None:
         if self.state is ConnState.DRAINING and not self.streams and not self.reserved:
             self.close(self.close_reason)
@@ -563,36 +655,41 @@ class UpstreamConnection(asyncio.Protocol):
     def _protocol_error(self, detail: str, code: int = ErrorCodes.PROTOCOL_ERROR) -> None:
         """A connection error: GOAWAY with ``code``, close, fail every stream."""
         log.warning("conn=%d HTTP/2 protocol error from upstream: %s", self.id, detail)
-        with contextlib.suppress(h2.exceptions.ProtocolError):
-            self._h2.close_connection(error_code=code)  # no-op if h2 already sent one
+        # h2 queues a GOAWAY of its own for the errors it detects; one is enough.
+        if self._h2.state_machine.state is not h2.connection.ConnectionState.CLOSED:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self._h2.close_connection(error_code=code)
         self._flush()
         if self._transport is not None:
             self._transport.close()
-        self._fail_all(UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
-        self._set_closed(f"protocol error: {detail}")
+        self._end(f"protocol error: {detail}", UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
 
     def _fail_ready(self, error: UpstreamError) -> None:
         if not self._ready.done():
             self._ready.set_exception(error)
             self._ready.exception()  # connect() may have stopped waiting (timeout)
 
-    def _fail_all(self, error: UpstreamError) -> None:
-        for stream in list(self.streams.values()):
-            self._forget(stream)
-            stream.sink.on_error(error)
-
-    def _set_closed(self, reason: str) -> None:
+    def _end(self, reason: str, error: UpstreamError) -> None:
+        """The connection is over. CLOSED comes first, so that no slot of it is
+        handed out while its streams fail (their sinks may replay at once); the
+        pool hears of it once, at the end."""
         if self.state is ConnState.CLOSED:
             return
         self.state = ConnState.CLOSED
         self.close_reason = self.close_reason or reason
         self._liveness.stop()
-        if self._age_timer is not None:
-            self._age_timer.cancel()
-            self._age_timer = None
+        for timer in (self._age_timer, self._idle_timer):
+            if timer is not None:
+                timer.cancel()
+        self._age_timer = self._idle_timer = None
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
+        streams = list(self.streams.values())
+        for stream in streams:
+            self._forget(stream)
+        for stream in streams:
+            stream.sink.on_error(error)
         self._on_change(self)
 
     def __repr__(self) -> str:
@@ -660,7 +757,9 @@ async def connect(
             set_tcp_keepalive(transport.get_extra_info("socket"))
             await protocol.wait_ready()
     except TimeoutError:
-        protocol._set_closed("connect timeout")
+        protocol._end(
+            "connect timeout", UpstreamError(errors.CONNECTION_TIMEOUT, "connect timeout")
+        )
         raise UpstreamError(
             errors.CONNECTION_TIMEOUT, f"{target} did not complete HTTP/2 setup in {timeout:g}s"
         ) from None

@@ -268,14 +268,18 @@ async def test_chunked_body_is_kept_until_it_crosses_the_retry_limit(tls: TLSFil
 
 
 async def test_replays_are_bounded(tls: TLSFiles, session: aiohttp.ClientSession) -> None:
+    """An upstream that refuses every stream: the request fails after as many
+    replays as Go's transport makes, and within a second."""
+
     async def handler(request: ScriptedRequest) -> None:
         request.reset(ErrorCodes.REFUSED_STREAM)
 
     async with scripted(tls, handler) as up, running_proxy(up.url, tls) as proxy:
         async with session.post(proxy.url + "/x", data=b"small") as resp:
             assert resp.status == 502
-            assert "gave up after 3 replays" in await resp.text()
-    assert len(up.requests) == 4  # the first try and three replays
+            assert "gave up after 6 replays" in await resp.text()
+        assert proxy.stats.replays == 6
+    assert len(up.requests) == 7  # the first try and six replays
 
 
 async def test_max_conn_age_rotates_under_load_without_failures(tls: TLSFiles) -> None:

@@ -1,0 +1,158 @@
+"""Driving an UpstreamConnection without sockets: a fake transport that records what
+the client wrote, and a fake server that builds frames with hyperframe and hpack."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import hpack
+from h2.settings import SettingCodes
+from hyperframe.frame import (
+    DataFrame,
+    Frame,
+    GoAwayFrame,
+    HeadersFrame,
+    PingFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
+
+from h2ping.config import Config, parse_upstream
+from h2ping.errors import UpstreamError
+from h2ping.headers import Header
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+REQUEST: list[Header] = [
+    (b":method", b"POST"),
+    (b":scheme", b"https"),
+    (b":authority", b"upstream.test"),
+    (b":path", b"/x"),
+]
+
+
+def config(**settings: Any) -> Config:
+    settings.setdefault("ping_interval", 0.0)  # no timers unless a test asks for them
+    settings.setdefault("max_conn_age", 0.0)
+    settings.setdefault("idle_conn_timeout", 0.0)
+    return Config(upstream=parse_upstream("https://upstream.test"), **settings)
+
+
+class FakeTransport:
+    """Collects the client's bytes; ``frames()`` parses what arrived since the last call."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self._read = 0
+        self.closed = False
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        assert not self.is_closing(), "write after close"
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def frames(self) -> list[Frame]:
+        data = bytes(self.written[self._read :])
+        if self._read == 0:
+            assert data.startswith(PREFACE)
+            data, self._read = data[len(PREFACE) :], len(PREFACE)
+        out, pos = [], 0
+        while pos + 9 <= len(data):
+            frame, length = Frame.parse_frame_header(memoryview(data[pos : pos + 9]))
+            frame.parse_body(memoryview(data[pos + 9 : pos + 9 + length]))
+            out.append(frame)
+            pos += 9 + length
+        self._read += pos
+        return out
+
+
+class FakeServer:
+    """Server frames as bytes. One HPACK encoder, as a real server has per connection."""
+
+    def __init__(self) -> None:
+        self._encoder = hpack.Encoder()
+
+    @staticmethod
+    def settings(ack: bool = False, **values: int) -> bytes:
+        frame = SettingsFrame(0, flags=["ACK"] if ack else [])
+        frame.settings = {getattr(SettingCodes, name.upper()): v for name, v in values.items()}
+        return frame.serialize()
+
+    def headers(
+        self,
+        stream_id: int,
+        status: int = 200,
+        extra: Iterable[tuple[str, str]] = (),
+        end_stream: bool = False,
+    ) -> bytes:
+        frame = HeadersFrame(
+            stream_id, flags=["END_HEADERS"] + (["END_STREAM"] if end_stream else [])
+        )
+        frame.data = self._encoder.encode([(":status", str(status)), *extra])
+        return frame.serialize()
+
+    @staticmethod
+    def data(stream_id: int, payload: bytes, end_stream: bool = False) -> bytes:
+        frame = DataFrame(stream_id, flags=["END_STREAM"] if end_stream else [])
+        frame.data = payload
+        return frame.serialize()
+
+    @staticmethod
+    def goaway(last_stream_id: int, error_code: int = 0) -> bytes:
+        return GoAwayFrame(0, last_stream_id=last_stream_id, error_code=error_code).serialize()
+
+    @staticmethod
+    def rst(stream_id: int, error_code: int) -> bytes:
+        return RstStreamFrame(stream_id, error_code=error_code).serialize()
+
+    @staticmethod
+    def ping_ack(payload: bytes) -> bytes:
+        return PingFrame(0, flags=["ACK"], opaque_data=payload).serialize()
+
+    @staticmethod
+    def window_update(stream_id: int, increment: int) -> bytes:
+        return WindowUpdateFrame(stream_id, window_increment=increment).serialize()
+
+
+class RecordingSink:
+    """A StreamSink that records what the stream reported."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.end_stream_with_headers = False
+        self.data = bytearray()
+        self.ended = False
+        self.error: UpstreamError | None = None
+        self.send_ready = 0
+        self.on_error_hook: Any = None  # called with the error, to act from inside the callback
+
+    def on_response(self, headers: list[Header], end_stream: bool) -> None:
+        self.status = int(dict(headers)[b":status"])
+        self.end_stream_with_headers = end_stream
+
+    def on_data(self, data: bytes, flow_controlled_length: int) -> None:
+        self.data += data
+
+    def on_end(self) -> None:
+        self.ended = True
+
+    def on_error(self, error: UpstreamError) -> None:
+        self.error = error
+        if self.on_error_hook is not None:
+            self.on_error_hook(error)
+
+    def on_send_ready(self) -> None:
+        self.send_ready += 1

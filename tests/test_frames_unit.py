@@ -1,0 +1,92 @@
+"""FrameSplitter: frame boundaries, GOAWAY taken out, size and flood limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from h2ping.frames import (
+    CONTROL_BURST,
+    CONTROL_PER_SECOND,
+    MAX_FRAME_SIZE,
+    FloodError,
+    FrameSizeError,
+    FrameSplitter,
+)
+
+from .h2fake import FakeServer
+
+SERVER = FakeServer()
+HEADERS = SERVER.headers(1, 200)
+DATA = FakeServer.data(1, b"x" * 100)
+GOAWAY = FakeServer.goaway(last_stream_id=7, error_code=0)
+PING = bytes.fromhex("000008060000000000") + b"12345678"
+PING_ACK = FakeServer.ping_ack(b"12345678")
+EMPTY_DATA = FakeServer.data(1, b"")
+SETTINGS = FakeServer.settings(max_concurrent_streams=5)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_whole_frames_pass_through_in_one_piece() -> None:
+    assert FrameSplitter().split(HEADERS + DATA) == [(False, HEADERS + DATA)]
+
+
+def test_goaway_is_taken_out_between_runs_of_frames() -> None:
+    pieces = FrameSplitter().split(HEADERS + GOAWAY + DATA + GOAWAY)
+    assert pieces == [(False, HEADERS), (True, GOAWAY[9:]), (False, DATA), (True, GOAWAY[9:])]
+
+
+def test_a_partial_frame_waits_for_the_rest() -> None:
+    stream = HEADERS + DATA + GOAWAY + DATA
+    splitter = FrameSplitter()
+    pieces: list[tuple[bool, bytes]] = []
+    for i in range(len(stream)):  # one byte at a time: the worst a socket can do
+        pieces += splitter.split(stream[i : i + 1])
+    frames_out = b"".join(p for goaway, p in pieces if not goaway)
+    assert frames_out == HEADERS + DATA + DATA
+    assert [p for goaway, p in pieces if goaway] == [GOAWAY[9:]]
+    assert splitter.split(b"") == []
+
+
+def test_a_frame_over_our_max_frame_size_is_refused_from_its_header() -> None:
+    header = (MAX_FRAME_SIZE + 1).to_bytes(3, "big") + b"\x00\x00\x00\x00\x00\x01"
+    with pytest.raises(FrameSizeError):
+        FrameSplitter().split(header)  # before any of the payload is buffered
+    at_limit = FakeServer.data(1, b"y" * MAX_FRAME_SIZE)
+    assert FrameSplitter().split(at_limit) == [(False, at_limit)]
+
+
+@pytest.mark.parametrize(
+    "frame", [PING, SETTINGS, EMPTY_DATA], ids=["ping", "settings", "empty-data"]
+)
+def test_a_control_frame_flood_is_refused(frame: bytes) -> None:
+    splitter = FrameSplitter(clock=Clock())
+    splitter.split(frame * CONTROL_BURST)
+    with pytest.raises(FloodError):
+        splitter.split(frame)
+
+
+@pytest.mark.parametrize("frame", [PING_ACK, DATA, FakeServer.settings(ack=True)])
+def test_acks_and_data_with_payload_are_not_counted(frame: bytes) -> None:
+    splitter = FrameSplitter(clock=Clock())
+    splitter.split(frame * (CONTROL_BURST * 2))
+
+
+def test_the_allowance_refills_with_time_up_to_the_burst() -> None:
+    clock = Clock()
+    splitter = FrameSplitter(clock=clock)
+    splitter.split(PING * CONTROL_BURST)
+    clock.now += 2.0
+    splitter.split(PING * (2 * CONTROL_PER_SECOND))
+    with pytest.raises(FloodError):
+        splitter.split(PING)
+    clock.now += 3600.0  # a long quiet spell refills to the burst, not beyond
+    splitter.split(PING * CONTROL_BURST)
+    with pytest.raises(FloodError):
+        splitter.split(PING)
