@@ -53,9 +53,11 @@ class Procs:
         name: str,
         argv: list[str],
         *,
-        cpu: int | None = None,
+        cpu: int | str | None = None,
         env: dict[str, str] | None = None,
     ) -> Proc:
+        """Start ``argv`` in its own session, output to a numbered log; ``cpu`` is a
+        taskset CPU list (``1``, ``"0-2"``), None for unpinned."""
         if cpu is not None:
             argv = ["taskset", "-c", str(cpu), *argv]  # taskset execs: same pid
         self.started += 1  # numbered logs: one per process, in start order

@@ -48,13 +48,14 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
     ),
     "workers": (
         "6. h2ping --workers 1 vs 2: small requests, 50 connections (h2load --h1 /tiny)  "
-        "[scaling: req/s over 1 worker's, target >= 1.70]\n"
-        "   pinning: none; h2load (-t 1), h2ping's workers and nginx float over all cores",
+        "[scaling: req/s over 1 worker's, target >= 1.70; x go: req/s over Go's]\n"
+        "   pinning: {pinning}",
         [
             ("req/s", lambda f: f["req_per_s"], "{:,.0f}"),
             ("mean ms", lambda f: f.get("latency_mean_us", 0) / 1000, "{:.2f}"),
             ("failed", lambda f: f.get("requests_failed", 0) + f.get("requests_errored", 0), "{}"),
             ("scaling", lambda f: f.get("scaling_vs_1_worker"), "{:.2f}x"),
+            ("x go", lambda f: f.get("vs_go"), "{:.2f}"),
             *LAG_COLUMNS,
         ],
         [],  # the scaling column is the comparison; no h2ping/peer ratio
@@ -97,6 +98,7 @@ def render(name: str, result: dict[str, Any]) -> str:
         columns, metrics = INFLIGHT_COLUMNS, INFLIGHT_RATIOS
     else:
         title, columns, metrics = COLUMNS[name]
+        title = title.format(**result["params"]) if "{" in title else title
     headers = ["peer"] + [c[0] for c in columns] + [f"h2ping/peer {m}" for m in metrics]
     rows = []
     for peer, figures in result["peers"].items():

@@ -85,6 +85,15 @@ def baseline_available() -> bool:
     return not missing
 
 
+def go_available(wanted: list[str] | None) -> bool:
+    """Build (or find) the Go sidecar unless --peers leaves it out; a note says why not."""
+    if wanted is not None and "go" not in wanted:
+        return False
+    import gopeer
+
+    return gopeer.cached_binary() is not None
+
+
 def _first_line(argv: list[str]) -> str:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
@@ -98,7 +107,7 @@ def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def environment() -> dict[str, Any]:
+def environment(peers: list[str]) -> dict[str, Any]:
     cpu = "?"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -117,6 +126,11 @@ def environment() -> dict[str, Any]:
         ("curl", "--version"),
     ):
         versions[tool] = _first_line([find_tool(tool) or tool, flag])
+    if "go" in peers:
+        import gopeer
+
+        binary = gopeer.cached_binary()
+        versions["go_sidecar"] = f"{binary} ({gopeer.go_version(binary)})" if binary else "?"
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": [sys.executable, *sys.argv],
@@ -192,14 +206,15 @@ def main(argv: list[str] | None = None) -> int:
     from peers import available_peers
     from procs import raise_nofile
 
-    peers = available_peers(not optional, baseline_available())
-    if args.peers:
-        peers = [p for p in peers if p in args.peers.split(",")]
+    wanted = args.peers.split(",") if args.peers else None
+    peers = available_peers(not optional, baseline_available(), go_available(wanted))
+    if wanted:
+        peers = [p for p in peers if p in wanted]
     nofile = raise_nofile()
     # SIGTERM takes the same clean-up path as Ctrl-C.
     signal.signal(signal.SIGTERM, _interrupt)
     doc: dict[str, Any] = {
-        **environment(),
+        **environment(peers),
         "quick": args.quick,
         "peers": peers,
         "rlimit_nofile": nofile,
