@@ -164,6 +164,20 @@ def tree_rss_kib(pid: int) -> int:
     return total
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of pid and its live descendants, from /proc/PID/stat
+    (utime, stime: fields 14 and 15); 0 for a vanished process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # after ')': state is field 3
+            todo.extend(_children(current))
+    return total / tick
+
+
 def raise_nofile(target: int = 200_000) -> int:
     """Raise RLIMIT_NOFILE (hard too, we are usually root) so children inherit it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -61,6 +61,24 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
         [],  # the scaling column is the comparison; no h2ping/peer ratio
     ),
 }
+COLUMNS["sse"] = (
+    "7. streamed responses: {streams:,} SSE streams, {bytes} B every {interval_ms} ms "
+    "(asks {asked_per_s:,} events/s), {seconds:g} s window  "
+    "[ratio > 1: h2ping uses more CPU / is later / delivers more]",
+    [
+        ("events/s", lambda f: f["events_per_s"], "{:,.0f}"),
+        ("full rate", lambda f: "yes" if f["full_rate"] else "NO", "{}"),
+        ("p50 ms", lambda f: f["delay_p50_ms"], "{:.1f}"),
+        ("p99 ms", lambda f: f["delay_p99_ms"], "{:.1f}"),
+        ("max ms", lambda f: f["delay_max_ms"], "{:.1f}"),
+        ("gaps", lambda f: f["gaps"], "{}"),
+        ("CPU s/10k ev", lambda f: f["cpu_per_10k_events"], "{:.3f}"),
+        ("proxy core", lambda f: f["proxy_cpu_share"], "{:.0%}"),
+        ("load core", lambda f: f["load_core_share"], "{:.0%}"),
+        *LAG_COLUMNS,
+    ],
+    ["cpu_per_10k_events", "delay_p99_ms", "events_per_s"],
+)
 INFLIGHT_COLUMNS: list[tuple[str, Getter, str]] = [
     ("ok", lambda f: f"{f['ok']}", "{}"),
     ("failures", lambda f: sum(f["failures"].values()), "{}"),
@@ -76,7 +94,7 @@ INFLIGHT_RATIOS = ["rss_per_request_kib"]
 
 def add_ratios(name: str, result: dict[str, Any]) -> None:
     """result["ratios"][metric][peer] = h2ping's figure / the peer's, same run."""
-    metrics = INFLIGHT_RATIOS if name.startswith("inflight") else COLUMNS[name][2]
+    metrics = INFLIGHT_RATIOS if name.startswith("inflight") else COLUMNS[_kind(name)][2]
     mine = result["peers"].get("h2ping")
     ratios: dict[str, dict[str, float]] = {}
     for metric in metrics:
@@ -97,7 +115,7 @@ def render(name: str, result: dict[str, Any]) -> str:
         )
         columns, metrics = INFLIGHT_COLUMNS, INFLIGHT_RATIOS
     else:
-        title, columns, metrics = COLUMNS[name]
+        title, columns, metrics = COLUMNS[_kind(name)]
         title = title.format(**result["params"]) if "{" in title else title
     headers = ["peer"] + [c[0] for c in columns] + [f"h2ping/peer {m}" for m in metrics]
     rows = []
@@ -109,7 +127,13 @@ def render(name: str, result: dict[str, Any]) -> str:
         rows.append(cells)
     lines = [title, _table(headers, rows)]
     lines += [f"  {peer}: ERROR {msg.splitlines()[0]}" for peer, msg in result["errors"].items()]
+    lines += [f"  {note}" for note in result.get("notes", [])]
     return "\n".join(lines)
+
+
+def _kind(name: str) -> str:
+    """The COLUMNS entry of a scenario: ``sse_500`` -> ``sse``."""
+    return "sse" if name.startswith("sse_") else name
 
 
 def _cell(getter: Getter, fmt: str, figures: dict[str, Any]) -> str:

@@ -26,10 +26,17 @@ from typing import Any
 from procs import find_tool  # stdlib only, unlike the other bench modules
 
 BENCH_DIR = Path(__file__).resolve().parent
-DEFAULT_SCENARIOS = ("small_50", "latency_1", "transfer_16m", "inflight", "workers")
+SSE_SCENARIOS = ("sse_500", "sse_1000", "sse_2000")
+DEFAULT_SCENARIOS = ("small_50", "latency_1", "transfer_16m", "inflight", *SSE_SCENARIOS, "workers")
 ALL_SCENARIOS = (*DEFAULT_SCENARIOS, "inflight50k")
-# Aliases accepted by --scenarios, from the issue text.
-ALIASES = {"small": "small_50", "latency": "latency_1", "transfer": "transfer_16m"}
+# Aliases accepted by --scenarios, each standing for one or more scenarios.
+ALIASES = {
+    "small": ("small_50",),
+    "latency": ("latency_1",),
+    "transfer": ("transfer_16m",),
+    "sse": SSE_SCENARIOS,
+    "streaming": SSE_SCENARIOS,
+}
 
 # (what is needed, how we look for it, Debian package providing it)
 ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
@@ -157,7 +164,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "latest.json")
     parser.add_argument("--keep-tmp", action="store_true", help="keep configs and process logs")
     args = parser.parse_args(argv)
-    names = [ALIASES.get(s.strip(), s.strip()) for s in args.scenarios.split(",") if s.strip()]
+    names = [
+        name
+        for given in args.scenarios.split(",")
+        if given.strip()
+        for name in ALIASES.get(given.strip(), (given.strip(),))
+    ]
     unknown = [s for s in names if s not in ALL_SCENARIOS]
     if unknown:
         parser.error(f"unknown scenarios {unknown}; choose from {', '.join(ALL_SCENARIOS)}")
@@ -171,6 +183,7 @@ def run_scenarios(
     # Imported here so that a missing module is reported by check_tools, not a traceback.
     import report
     import scenarios
+    import streaming
     from origin import start_origin
     from procs import Procs
 
@@ -187,6 +200,8 @@ def run_scenarios(
                 result = scenarios.inflight(bench, n, seconds)
             elif name == "inflight50k":
                 result = scenarios.inflight(bench, 50_000, seconds)
+            elif name in streaming.CASES:
+                result = streaming.sse(bench, name)
             else:
                 result = getattr(scenarios, name)(bench)
             result["wall_seconds"] = round(time.monotonic() - started, 1)
