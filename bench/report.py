@@ -66,6 +66,7 @@ COLUMNS["sse"] = (
     "(asks {asked_per_s:,} events/s), {seconds:g} s window  "
     "[ratio > 1: h2ping uses more CPU / is later / delivers more]",
     [
+        ("open", lambda f: f"{f['heads']}/{f['streams']}", "{}"),
         ("events/s", lambda f: f["events_per_s"], "{:,.0f}"),
         ("full rate", lambda f: "yes" if f["full_rate"] else "NO", "{}"),
         ("p50 ms", lambda f: f["delay_p50_ms"], "{:.1f}"),
@@ -100,6 +101,8 @@ def add_ratios(name: str, result: dict[str, Any]) -> None:
     for metric in metrics:
         for peer, figures in result["peers"].items():
             if mine is None or peer == "h2ping" or not figures.get(metric):
+                continue
+            if mine.get(metric) is None:  # e.g. no event delivered: no delay, no CPU/event
                 continue
             ratios.setdefault(metric, {})[peer] = mine[metric] / figures[metric]
     result["ratios"] = ratios
