@@ -239,11 +239,13 @@ async def _download(port: int, request_id: str, timeout: float) -> tuple[str, fl
     )  # fmt: skip
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
+    except BaseException as exc:  # the time limit, or Ctrl-C: leave no curl behind
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-        raise BenchError(f"the 200 MiB download did not finish in {timeout:.0f} s") from None
+        await asyncio.shield(proc.wait())
+        if isinstance(exc, TimeoutError):
+            raise BenchError(f"the 200 MiB download did not finish in {timeout:.0f} s") from None
+        raise
     if proc.returncode != 0:
         raise BenchError(f"download failed: {err.decode(errors='replace').strip()[-300:]}")
     return out.decode().split()[0], time.monotonic() - began
