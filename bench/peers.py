@@ -17,7 +17,7 @@ from pathlib import Path
 
 import gopeer
 from origin import Origin
-from procs import Proc, Procs, find_tool, free_port, wait_port
+from procs import BenchError, Proc, Procs, find_tool, free_port, wait_port
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROXY_CPU = 0
@@ -103,7 +103,7 @@ def _proxy_argv(
     if name == "go":
         binary = gopeer.cached_binary()
         if binary is None:
-            raise ValueError("the Go sidecar is not available")
+            raise BenchError("the Go sidecar is not available (see the note at start-up)")
         argv = [str(binary), "-listen", listen, "-upstream", origin.https_url]
         argv += ["-shutdown-grace", GO_SHUTDOWN_GRACE]
         if ping_interval:
