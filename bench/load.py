@@ -18,11 +18,11 @@ LOAD_CPU = 1
 _UNITS_US = {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}
 
 
-def _pinned(argv: list[str], cpu: int | None) -> list[str]:
+def _pinned(argv: list[str], cpu: int | str | None) -> list[str]:
     return argv if cpu is None else ["taskset", "-c", str(cpu), *argv]
 
 
-def _run(argv: list[str], timeout: float, cpu: int | None = LOAD_CPU) -> str:
+def _run(argv: list[str], timeout: float, cpu: int | str | None = LOAD_CPU) -> str:
     try:
         done = subprocess.run(
             _pinned(argv, cpu), capture_output=True, text=True, timeout=timeout, check=False
@@ -72,7 +72,7 @@ def h2load(
     duration: float | None = None,
     warmup: float = 0.0,
     log_file: Path | None = None,
-    cpu: int | None = LOAD_CPU,
+    cpu: int | str | None = LOAD_CPU,
 ) -> dict[str, Any]:
     """One h2load run (one thread), pinned to ``cpu``; ``cpu=None`` leaves it unpinned."""
     argv = ["h2load", "-t", "1", "-c", str(clients)]

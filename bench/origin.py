@@ -3,6 +3,7 @@
 Locations:
   /tiny          a small fixed body
   /16m           a 16 MiB static file
+  /200m          a 200 MiB static file (zeros)
   /echo          echoes a small request body
   /upload        reads the whole body (any size, kept in memory) and answers
                  ``ok <request_length>``, so the client can check it all arrived
@@ -21,6 +22,7 @@ from procs import BenchError, Procs, find_tool, free_port, wait_port
 ECHO_MODULE = Path("/usr/lib/nginx/modules/ngx_http_echo_module.so")
 TINY_BODY = "hello from the origin\n"
 BIG_SIZE = 16 * 1024 * 1024
+HUGE_SIZE = 200 * 1024 * 1024
 
 NGINX_CONF = """\
 user root;
@@ -36,7 +38,8 @@ events {{
 }}
 
 http {{
-    access_log off;
+    log_format ids '$uri $http_x_request_id $status $body_bytes_sent';
+    access_log {access_log};
     default_type text/plain;
     sendfile on;
     tcp_nodelay on;
@@ -69,6 +72,7 @@ http {{
 
         location = /tiny {{ return 200 "{tiny}"; }}
         location = /16m {{ }}
+        location = /200m {{ }}
         location = /echo {{
             echo_read_request_body;
             echo_request_body;
@@ -112,12 +116,17 @@ def write_certs(tmp: Path) -> Path:
     return ca_path
 
 
-def start_origin(procs: Procs, tmp: Path, max_streams: int = 1024) -> Origin:
+def start_origin(
+    procs: Procs, tmp: Path, max_streams: int = 1024, access_log: Path | None = None
+) -> Origin:
+    """Start nginx; ``access_log`` logs each request's path, X-Request-Id, status and
+    body size there (one line each), else nothing is logged."""
     ca_path = write_certs(tmp)
     www = tmp / "www"
     www.mkdir()
-    with (www / "16m").open("wb") as big:
-        big.truncate(BIG_SIZE)  # sparse zeros: nginx sends them like any file
+    for name, size in (("16m", BIG_SIZE), ("200m", HUGE_SIZE)):
+        with (www / name).open("wb") as big:
+            big.truncate(size)  # sparse zeros: nginx sends them like any file
     tls_port, h1_port = free_port(), free_port()
     _, nofile = resource.getrlimit(resource.RLIMIT_NOFILE)  # as raised by run.py
     conf = tmp / "nginx.conf"
@@ -131,6 +140,7 @@ def start_origin(procs: Procs, tmp: Path, max_streams: int = 1024) -> Origin:
             nofile=nofile,
             connections=nofile - 100,
             tiny=TINY_BODY.replace("\n", "\\n"),
+            access_log=f"{access_log} ids" if access_log else "off",
         )
     )
     nginx = find_tool("nginx")

@@ -3,24 +3,28 @@
 ``direct`` and ``direct-h1`` are nginx itself (no proxy): the floor. The proxies
 all take cleartext HTTP/1.1 and forward over TLS + HTTP/2 to the same nginx, and
 each runs pinned to core 0 (the load generator gets core 1), unless the scenario
-asks for ``cpu=None`` (unpinned). h2ping always measures its event-loop lag.
+asks for ``cpu=None`` (unpinned). ``go`` is the real Go ``h2-ping-sidecar``, the
+binary h2ping replaces (see gopeer.py). h2ping always measures its event-loop lag.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import gopeer
 from origin import Origin
-from procs import Proc, Procs, find_tool, free_port, wait_port
+from procs import BenchError, Proc, Procs, find_tool, free_port, wait_port
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROXY_CPU = 0
 LAG_INTERVAL = "10ms"  # h2ping --loop-lag-interval: lag p99/max in the shutdown summary
 DIRECT_PEERS = ("direct", "direct-h1")
-PROXY_PEERS = ("nghttpx", "baseline", "h2ping")
+PROXY_PEERS = ("go", "nghttpx", "baseline", "h2ping")
+GO_SHUTDOWN_GRACE = "5s"  # its default (15m) would make every stop wait for SIGKILL
 ALL_PEERS = DIRECT_PEERS + PROXY_PEERS
 
 
@@ -41,10 +45,12 @@ class Peer:
         return self.proc is not None
 
 
-def available_peers(has_nghttpx: bool, has_baseline: bool) -> list[str]:
+def available_peers(has_nghttpx: bool, has_baseline: bool, has_go: bool) -> list[str]:
     skip = {"nghttpx"} if not has_nghttpx else set()
     if not has_baseline:
         skip.add("baseline")
+    if not has_go:
+        skip.add("go")
     return [name for name in ALL_PEERS if name not in skip]
 
 
@@ -55,11 +61,12 @@ def start_peer(
     *,
     ping_interval: str | None = None,
     workers: int = 1,
-    cpu: int | None = PROXY_CPU,
+    cpu: int | str | None = PROXY_CPU,
     label: str | None = None,
 ) -> Peer:
     """Start peer ``name`` (``workers`` only applies to h2ping); ``label`` names it in
-    the results and logs when one scenario runs the same peer in several set-ups."""
+    the results and logs when one scenario runs the same peer in several set-ups.
+    ``cpu`` is a taskset list (``0``, ``"0-2"``) or None for unpinned."""
     label = label or name
     if name == "direct":
         return Peer(label, origin.https_url, h1=False)
@@ -67,7 +74,11 @@ def start_peer(
         return Peer(label, f"http://127.0.0.1:{origin.h1_port}", h1=True)
     port = free_port()
     argv, stop_signal = _proxy_argv(name, port, origin, ping_interval, workers)
-    proc = procs.start(label, argv, cpu=cpu)
+    env = None
+    if name == "go":
+        # It has no -ca-file; Go reads the roots from SSL_CERT_FILE.
+        env = {**os.environ, "SSL_CERT_FILE": str(origin.ca_path)}
+    proc = procs.start(label, argv, cpu=cpu, env=env)
     wait_port(port, proc)
     url = f"http://127.0.0.1:{port}"
     return Peer(label, url, True, proc, stop_signal, signal_group=workers == 1)
@@ -89,6 +100,15 @@ def _proxy_argv(
         return argv, signal.SIGINT
     if workers != 1:
         raise ValueError(f"--workers is an h2ping flag, not {name!r}'s")
+    if name == "go":
+        binary = gopeer.cached_binary()
+        if binary is None:
+            raise BenchError("the Go sidecar is not available (see the note at start-up)")
+        argv = [str(binary), "-listen", listen, "-upstream", origin.https_url]
+        argv += ["-shutdown-grace", GO_SHUTDOWN_GRACE]
+        if ping_interval:
+            argv += ["-ping-interval", ping_interval]
+        return argv, signal.SIGTERM
     if name == "baseline":
         script = str(BENCH_DIR / "baseline_proxy.py")
         argv = [sys.executable, script, "--listen", listen, "--upstream", origin.https_url]

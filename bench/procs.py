@@ -53,9 +53,11 @@ class Procs:
         name: str,
         argv: list[str],
         *,
-        cpu: int | None = None,
+        cpu: int | str | None = None,
         env: dict[str, str] | None = None,
     ) -> Proc:
+        """Start ``argv`` in its own session, output to a numbered log; ``cpu`` is a
+        taskset CPU list (``1``, ``"0-2"``), None for unpinned."""
         if cpu is not None:
             argv = ["taskset", "-c", str(cpu), *argv]  # taskset execs: same pid
         self.started += 1  # numbered logs: one per process, in start order
@@ -160,6 +162,20 @@ def tree_rss_kib(pid: int) -> int:
                     total += int(line.split()[1])
             todo.extend(_children(current))
     return total
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of pid and its live descendants, from /proc/PID/stat
+    (utime, stime: fields 14 and 15); 0 for a vanished process."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # after ')': state is field 3
+            todo.extend(_children(current))
+    return total / tick
 
 
 def raise_nofile(target: int = 200_000) -> int:

@@ -48,18 +48,38 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
     ),
     "workers": (
         "6. h2ping --workers 1 vs 2: small requests, 50 connections (h2load --h1 /tiny)  "
-        "[scaling: req/s over 1 worker's, target >= 1.70]\n"
-        "   pinning: none; h2load (-t 1), h2ping's workers and nginx float over all cores",
+        "[scaling: req/s over 1 worker's, target >= 1.70; x go: req/s over Go's]\n"
+        "   pinning: {pinning}",
         [
             ("req/s", lambda f: f["req_per_s"], "{:,.0f}"),
             ("mean ms", lambda f: f.get("latency_mean_us", 0) / 1000, "{:.2f}"),
             ("failed", lambda f: f.get("requests_failed", 0) + f.get("requests_errored", 0), "{}"),
             ("scaling", lambda f: f.get("scaling_vs_1_worker"), "{:.2f}x"),
+            ("x go", lambda f: f.get("vs_go"), "{:.2f}"),
             *LAG_COLUMNS,
         ],
         [],  # the scaling column is the comparison; no h2ping/peer ratio
     ),
 }
+COLUMNS["sse"] = (
+    "7. streamed responses: {streams:,} SSE streams, {bytes} B every {interval_ms} ms "
+    "(asks {asked_per_s:,} events/s), {seconds:g} s window  "
+    "[ratio > 1: h2ping uses more CPU / is later / delivers more]",
+    [
+        ("open", lambda f: f"{f['heads']}/{f['streams']}", "{}"),
+        ("events/s", lambda f: f["events_per_s"], "{:,.0f}"),
+        ("full rate", lambda f: "yes" if f["full_rate"] else "NO", "{}"),
+        ("p50 ms", lambda f: f["delay_p50_ms"], "{:.1f}"),
+        ("p99 ms", lambda f: f["delay_p99_ms"], "{:.1f}"),
+        ("max ms", lambda f: f["delay_max_ms"], "{:.1f}"),
+        ("gaps", lambda f: f["gaps"], "{}"),
+        ("CPU s/10k ev", lambda f: f["cpu_per_10k_events"], "{:.3f}"),
+        ("proxy core", lambda f: f["proxy_cpu_share"], "{:.0%}"),
+        ("load core", lambda f: f["load_core_share"], "{:.0%}"),
+        *LAG_COLUMNS,
+    ],
+    ["cpu_per_10k_events", "delay_p99_ms", "events_per_s"],
+)
 INFLIGHT_COLUMNS: list[tuple[str, Getter, str]] = [
     ("ok", lambda f: f"{f['ok']}", "{}"),
     ("failures", lambda f: sum(f["failures"].values()), "{}"),
@@ -75,12 +95,14 @@ INFLIGHT_RATIOS = ["rss_per_request_kib"]
 
 def add_ratios(name: str, result: dict[str, Any]) -> None:
     """result["ratios"][metric][peer] = h2ping's figure / the peer's, same run."""
-    metrics = INFLIGHT_RATIOS if name.startswith("inflight") else COLUMNS[name][2]
+    metrics = INFLIGHT_RATIOS if name.startswith("inflight") else COLUMNS[_kind(name)][2]
     mine = result["peers"].get("h2ping")
     ratios: dict[str, dict[str, float]] = {}
     for metric in metrics:
         for peer, figures in result["peers"].items():
             if mine is None or peer == "h2ping" or not figures.get(metric):
+                continue
+            if mine.get(metric) is None:  # e.g. no event delivered: no delay, no CPU/event
                 continue
             ratios.setdefault(metric, {})[peer] = mine[metric] / figures[metric]
     result["ratios"] = ratios
@@ -96,7 +118,8 @@ def render(name: str, result: dict[str, Any]) -> str:
         )
         columns, metrics = INFLIGHT_COLUMNS, INFLIGHT_RATIOS
     else:
-        title, columns, metrics = COLUMNS[name]
+        title, columns, metrics = COLUMNS[_kind(name)]
+        title = title.format(**result["params"]) if "{" in title else title
     headers = ["peer"] + [c[0] for c in columns] + [f"h2ping/peer {m}" for m in metrics]
     rows = []
     for peer, figures in result["peers"].items():
@@ -107,7 +130,13 @@ def render(name: str, result: dict[str, Any]) -> str:
         rows.append(cells)
     lines = [title, _table(headers, rows)]
     lines += [f"  {peer}: ERROR {msg.splitlines()[0]}" for peer, msg in result["errors"].items()]
+    lines += [f"  {note}" for note in result.get("notes", [])]
     return "\n".join(lines)
+
+
+def _kind(name: str) -> str:
+    """The COLUMNS entry of a scenario: ``sse_500`` -> ``sse``."""
+    return "sse" if name.startswith("sse_") else name
 
 
 def _cell(getter: Getter, fmt: str, figures: dict[str, Any]) -> str:

@@ -26,10 +26,17 @@ from typing import Any
 from procs import find_tool  # stdlib only, unlike the other bench modules
 
 BENCH_DIR = Path(__file__).resolve().parent
-DEFAULT_SCENARIOS = ("small_50", "latency_1", "transfer_16m", "inflight", "workers")
+SSE_SCENARIOS = ("sse_500", "sse_1000", "sse_2000")
+DEFAULT_SCENARIOS = ("small_50", "latency_1", "transfer_16m", "inflight", *SSE_SCENARIOS, "workers")
 ALL_SCENARIOS = (*DEFAULT_SCENARIOS, "inflight50k")
-# Aliases accepted by --scenarios, from the issue text.
-ALIASES = {"small": "small_50", "latency": "latency_1", "transfer": "transfer_16m"}
+# Aliases accepted by --scenarios, each standing for one or more scenarios.
+ALIASES = {
+    "small": ("small_50",),
+    "latency": ("latency_1",),
+    "transfer": ("transfer_16m",),
+    "sse": SSE_SCENARIOS,
+    "streaming": SSE_SCENARIOS,
+}
 
 # (what is needed, how we look for it, Debian package providing it)
 ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
@@ -85,6 +92,15 @@ def baseline_available() -> bool:
     return not missing
 
 
+def go_available(wanted: list[str] | None) -> bool:
+    """Build (or find) the Go sidecar unless --peers leaves it out; a note says why not."""
+    if wanted is not None and "go" not in wanted:
+        return False
+    import gopeer
+
+    return gopeer.cached_binary() is not None
+
+
 def _first_line(argv: list[str]) -> str:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
@@ -98,7 +114,7 @@ def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def environment() -> dict[str, Any]:
+def environment(peers: list[str]) -> dict[str, Any]:
     cpu = "?"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -117,6 +133,11 @@ def environment() -> dict[str, Any]:
         ("curl", "--version"),
     ):
         versions[tool] = _first_line([find_tool(tool) or tool, flag])
+    if "go" in peers:
+        import gopeer
+
+        binary = gopeer.cached_binary()
+        versions["go_sidecar"] = f"{binary} ({gopeer.go_version(binary)})" if binary else "?"
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": [sys.executable, *sys.argv],
@@ -143,7 +164,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "latest.json")
     parser.add_argument("--keep-tmp", action="store_true", help="keep configs and process logs")
     args = parser.parse_args(argv)
-    names = [ALIASES.get(s.strip(), s.strip()) for s in args.scenarios.split(",") if s.strip()]
+    names = [
+        name
+        for given in args.scenarios.split(",")
+        if given.strip()
+        for name in ALIASES.get(given.strip(), (given.strip(),))
+    ]
     unknown = [s for s in names if s not in ALL_SCENARIOS]
     if unknown:
         parser.error(f"unknown scenarios {unknown}; choose from {', '.join(ALL_SCENARIOS)}")
@@ -157,6 +183,7 @@ def run_scenarios(
     # Imported here so that a missing module is reported by check_tools, not a traceback.
     import report
     import scenarios
+    import streaming
     from origin import start_origin
     from procs import Procs
 
@@ -173,6 +200,8 @@ def run_scenarios(
                 result = scenarios.inflight(bench, n, seconds)
             elif name == "inflight50k":
                 result = scenarios.inflight(bench, 50_000, seconds)
+            elif name in streaming.CASES:
+                result = streaming.sse(bench, name)
             else:
                 result = getattr(scenarios, name)(bench)
             result["wall_seconds"] = round(time.monotonic() - started, 1)
@@ -192,14 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     from peers import available_peers
     from procs import raise_nofile
 
-    peers = available_peers(not optional, baseline_available())
-    if args.peers:
-        peers = [p for p in peers if p in args.peers.split(",")]
+    wanted = args.peers.split(",") if args.peers else None
+    peers = available_peers(not optional, baseline_available(), go_available(wanted))
+    if wanted:
+        peers = [p for p in peers if p in wanted]
     nofile = raise_nofile()
     # SIGTERM takes the same clean-up path as Ctrl-C.
     signal.signal(signal.SIGTERM, _interrupt)
     doc: dict[str, Any] = {
-        **environment(),
+        **environment(peers),
         "quick": args.quick,
         "peers": peers,
         "rlimit_nofile": nofile,

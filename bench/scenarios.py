@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 import statistics
 import sys
@@ -22,7 +23,8 @@ from procs import BenchError, Procs, tree_rss_kib
 
 BENCH_DIR = Path(__file__).resolve().parent
 MB = 1_000_000
-PROBLEM_MARKS = ("WARN", "ERROR", "Traceback", "Error:", "Exception")
+# The Go sidecar logs "upstream error: ..." for each request it answers with a 502.
+PROBLEM_MARKS = ("WARN", "ERROR", "Traceback", "Error:", "Exception", "upstream error")
 
 
 @dataclass
@@ -161,25 +163,37 @@ def small_50(bench: Bench) -> dict[str, Any]:
 WORKER_COUNTS = (1, 2)
 
 
-def workers(bench: Bench) -> dict[str, Any]:
-    """small_50's load against h2ping with 1 and with 2 worker processes.
+def workers_pinning() -> tuple[str | None, int | None, str]:
+    """(proxy CPU list, load-generator CPU, description) for the workers scenario.
 
-    Nothing is pinned: with 2 workers on a 2-core machine the proxy needs both cores,
-    so h2load (one thread), nginx and h2ping share them in both runs alike."""
+    With 3 or more cores h2load gets the last one to itself and the proxy the rest;
+    with fewer, nothing is pinned (two workers need both cores of a 2-core machine)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 3:
+        return None, None, "none: h2load -t 1, the proxy's processes and nginx float over all cores"
+    proxy = ",".join(str(core) for core in cores[:-1])
+    pinning = f"proxy on cores {proxy}, h2load -t 1 on core {cores[-1]}, nginx floats"
+    return proxy, cores[-1], pinning
+
+
+def workers(bench: Bench) -> dict[str, Any]:
+    """small_50's load against h2ping with 1 and with 2 worker processes, and against
+    the Go sidecar with the same cores (GOMAXPROCS follows the CPU affinity)."""
     duration, warmup = (4.0, 1.0) if bench.quick else (10.0, 2.0)
-    names = ["direct-h1"] if "direct-h1" in bench.peers else []
+    proxy_cpus, load_cpu, pinning = workers_pinning()
+    names = [name for name in ("direct-h1", "go") if name in bench.peers]
     if "h2ping" in bench.peers:
         names += [f"h2ping-w{count}" for count in WORKER_COUNTS]
 
     def start(bench: Bench, label: str) -> Peer:
         name, _, count = label.partition("-w")
         return start_peer(
-            name, bench.procs, bench.origin, workers=int(count or 1), cpu=None, label=label
+            name, bench.procs, bench.origin, workers=int(count or 1), cpu=proxy_cpus, label=label
         )
 
     def run(bench: Bench, peer: Peer) -> dict[str, Any]:
         url = peer.url + "/tiny"
-        result = h2load(url, h1=True, clients=50, duration=duration, warmup=warmup, cpu=None)
+        result = h2load(url, h1=True, clients=50, duration=duration, warmup=warmup, cpu=load_cpu)
         if result.get("requests_failed") or result.get("requests_errored"):
             result["warning"] = "h2load counted failed/errored requests"
         return result
@@ -189,13 +203,16 @@ def workers(bench: Bench) -> dict[str, Any]:
         "duration_s": duration,
         "warmup_s": warmup,
         "path": "/tiny",
-        "pinning": "none: h2load -t 1, h2ping (all workers) and nginx float over all cores",
+        "pinning": pinning,
         "h2ping_loop_lag_interval": LAG_INTERVAL,
         "scaling_target": 1.7,
     }
     figures, errors = _each_peer(bench, "workers", names, run, start=start)
     one = figures.get("h2ping-w1", {}).get("req_per_s")
+    go = figures.get("go", {}).get("req_per_s")
     for label, peer_figures in figures.items():
+        if go and label != "direct-h1":
+            peer_figures["vs_go"] = peer_figures["req_per_s"] / go
         if not label.startswith("h2ping-w"):
             continue
         if one:

@@ -1,0 +1,154 @@
+"""The streaming scenario: C server-sent-event streams through each proxy at once.
+
+An HTTP/2 TLS origin (sse_origin.py) sends each stream a 64-byte event every 20 ms,
+stamped with its send time; one client process (sse_client.py) holds the C streams
+over HTTP/1.1 through the proxy. Both run on the load core; the proxy is pinned to
+its own. Figures come from one measuring window after a warm-up: events delivered
+per second against the rate asked, delay origin -> client (p50, p99, max), and the
+proxy's CPU seconds (/proc utime + stime) per 10,000 events.
+
+The load generator must not be what limits a row: the Go sidecar delivering the
+full rate proves it for that C, and the origin's and client's own CPU in the window
+(the load core's share, "load core") shows how much room was left.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from load import LOAD_CPU
+from origin import Origin
+from peers import Peer, start_peer
+from procs import BenchError, Proc, free_port, wait_port
+from scenarios import Bench, _stop_and_collect
+
+BENCH_DIR = Path(__file__).resolve().parent
+CASES = {"sse_500": 500, "sse_1000": 1000, "sse_2000": 2000}
+INTERVAL_MS = 20
+EVENT_BYTES = 64
+FULL_RATE = 0.99  # delivered / asked, in the window, to count as the full rate
+# The aiohttp+httpx baseline is left out: httpx carries 100 streams per connection
+# and queues the rest, so most streams would never start.
+STREAMING_PEERS = ("go", "nghttpx", "h2ping")
+
+
+def sse(bench: Bench, name: str) -> dict[str, Any]:
+    streams = CASES[name]
+    warmup, seconds = (1.0, 4.0) if bench.quick else (3.0, 15.0)
+    params = {
+        "streams": streams,
+        "interval_ms": INTERVAL_MS,
+        "bytes": EVENT_BYTES,
+        "asked_per_s": streams * 1000 // INTERVAL_MS,
+        "warmup_s": warmup,
+        "seconds": seconds,
+        "full_rate": FULL_RATE,
+    }
+    figures: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for peer_name in [p for p in bench.peers if p in STREAMING_PEERS]:
+        print(f"  {name}: {peer_name} ...", flush=True)
+        origin_proc: Proc | None = None
+        peer: Peer | None = None
+        try:
+            origin_proc, origin = _start_origin(bench)
+            peer = start_peer(peer_name, bench.procs, origin)
+            figures[peer_name] = _run_client(bench, peer, origin_proc, params)
+        except BenchError as exc:
+            errors[peer_name] = str(exc)
+            print(f"  {name}: {peer_name} FAILED: {exc}", flush=True)
+        finally:
+            if peer is not None:
+                _stop_and_collect(bench, name, peer, figures.get(peer_name))
+            if origin_proc is not None:
+                stats = _stop_origin(bench, origin_proc)
+                if peer_name in figures:
+                    figures[peer_name]["origin"] = stats
+    notes = _compare(figures, params)
+    return {"params": params, "peers": figures, "errors": errors, "notes": notes}
+
+
+def _start_origin(bench: Bench) -> tuple[Proc, Origin]:
+    port = free_port()
+    argv = [sys.executable, str(BENCH_DIR / "sse_origin.py"), "--port", str(port)]
+    # The nginx origin's certificate (issued by the bench CA for 127.0.0.1).
+    argv += ["--cert", str(bench.tmp / "origin-cert.pem")]
+    argv += ["--key", str(bench.tmp / "origin-key.pem")]
+    proc = bench.procs.start("sse-origin", argv, cpu=LOAD_CPU)
+    wait_port(port, proc)
+    return proc, Origin(tls_port=port, h1_port=0, ca_path=bench.origin.ca_path, pid=proc.pid)
+
+
+def _stop_origin(bench: Bench, proc: Proc) -> dict[str, Any]:
+    bench.procs.stop(proc, signal.SIGTERM, timeout=10.0)
+    lines = [x for x in proc.log_path.read_text(errors="replace").splitlines() if x[:1] == "{"]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _run_client(bench: Bench, peer: Peer, origin: Proc, params: dict[str, Any]) -> dict[str, Any]:
+    assert peer.proc is not None
+    port = peer.url.rsplit(":", 1)[1]
+    path = f"/sse?interval_ms={params['interval_ms']}&bytes={params['bytes']}"
+    argv = [sys.executable, str(BENCH_DIR / "sse_client.py"), "--port", port]
+    argv += ["--streams", str(params["streams"]), "--path", path]
+    argv += ["--interval-ms", str(params["interval_ms"])]
+    argv += ["--warmup", str(params["warmup_s"]), "--seconds", str(params["seconds"])]
+    argv += ["--cpu", f"proxy={peer.proc.pid}", "--cpu", f"origin={origin.pid}"]
+    client = bench.procs.start(f"sse-client-{peer.name}", argv, cpu=LOAD_CPU)
+    limit = 30 + params["warmup_s"] + params["seconds"] + 30  # heads, window, slack
+    deadline = time.monotonic() + limit
+    while client.popen.poll() is None:
+        if time.monotonic() > deadline:
+            bench.procs.stop(client)
+            raise BenchError(f"streaming client did not finish in {limit:.0f}s")
+        time.sleep(0.2)
+    bench.procs.stop(client)
+    lines = [x for x in client.log_path.read_text(errors="replace").splitlines() if x[:1] == "{"]
+    if not lines:
+        raise BenchError("streaming client printed no report:\n" + client.log_tail())
+    report = json.loads(lines[-1])
+    return _derive(report, params)
+
+
+def _derive(report: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    events, window = report["events"], report["window_s"]
+    proxy_cpu = report["cpu_s"]["proxy"]
+    load_cpu = report["cpu_s"]["origin"] + report["client_cpu_s"]
+    full = (
+        report["heads"] == report["streams"]
+        and report["gaps"] == 0
+        and report["events_per_s"] >= FULL_RATE * params["asked_per_s"]
+    )
+    return {
+        **report,
+        "cpu_per_10k_events": proxy_cpu / events * 10_000 if events else None,
+        "proxy_cpu_share": proxy_cpu / window,
+        "load_core_share": load_cpu / window,
+        "full_rate": full,
+    }
+
+
+def _compare(figures: dict[str, Any], params: dict[str, Any]) -> list[str]:
+    """The lines under the table: Go's full-rate check, and h2ping's p99 above Go's."""
+    go, mine = figures.get("go"), figures.get("h2ping")
+    if go is None:
+        return ["no Go column: nothing proves the load generator kept up in this run"]
+    notes = []
+    if go["full_rate"]:
+        notes.append(f"Go delivered the full rate ({params['asked_per_s']:,}/s asked): ok")
+    else:
+        notes.append(
+            f"Go did NOT deliver the full rate ({go['events_per_s']:,.0f} of "
+            f"{params['asked_per_s']:,}/s asked, load core {go['load_core_share']:.0%} busy): "
+            "the load generator (or Go) was the limit, so this row compares nothing"
+        )
+    if mine is not None and go.get("delay_p99_ms") is not None and mine.get("delay_p99_ms"):
+        extra = mine["delay_p99_ms"] - go["delay_p99_ms"]
+        notes.append(f"h2ping p99 delay {extra:+.1f} ms over Go's (target: <= +5 ms)")
+        mine["delay_p99_over_go_ms"] = extra
+    return notes
