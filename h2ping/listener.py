@@ -30,7 +30,7 @@ from .http1 import (
     ResponseWriter,
     check_head,
 )
-from .sockets import set_nodelay, set_tcp_keepalive
+from .sockets import batch_writer, set_nodelay, set_tcp_keepalive
 from .stats import Stats
 
 log = logging.getLogger("h2ping.listener")
@@ -82,6 +82,7 @@ class ClientConnection(asyncio.Protocol):
         self._stats = stats
         self._limits = limits
         self._transport: asyncio.Transport | None = None
+        self._write_batch: Callable[[list[bytes]], None]  # set with the transport
         self._parser = httptools.HttpRequestParser(self)
         self._out: list[bytes] = []
         self._flush_scheduled = False
@@ -115,6 +116,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        self._write_batch = batch_writer(self._transport)
         self._registry.add(self)
         sock = transport.get_extra_info("socket")
         set_tcp_keepalive(sock)
@@ -326,7 +328,7 @@ class ClientConnection(asyncio.Protocol):
         if self._out and self._transport is not None and not self._transport.is_closing():
             out, self._out = self._out, []
             self.flushes += 1
-            self._transport.writelines(out)
+            self._write_batch(out)
 
     def queued(self) -> int:
         return len(self._out)

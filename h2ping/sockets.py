@@ -1,9 +1,12 @@
-"""Socket options and process limits shared by both sides of the proxy."""
+"""Socket options, transport writes and process limits shared by both sides of the proxy."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
+import sys
+from collections.abc import Callable
 
 log = logging.getLogger("h2ping")
 
@@ -32,6 +35,27 @@ def set_tcp_keepalive(sock: socket.socket | None) -> None:
 def set_nodelay(sock: socket.socket | None) -> None:
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+#: CPython 3.12.0-3.12.8 and 3.13.0-3.13.1: asyncio's socket transport buffers what
+#: ``writelines()`` cannot send at once without ever calling ``pause_writing()``
+#: (CPython gh-127655), so output to a peer that reads nothing grows without bound.
+_WRITELINES_SKIPS_PAUSE = any(
+    first <= sys.version_info[:3] < fixed
+    for first, fixed in (((3, 12), (3, 12, 9)), ((3, 13), (3, 13, 2)))
+)
+
+
+def batch_writer(transport: asyncio.WriteTransport) -> Callable[[list[bytes]], None]:
+    """How to hand ``transport`` a list of buffers with its flow control intact:
+    ``writelines`` (no copy), or one joined ``write`` where ``writelines`` never
+    pauses the protocol. Chosen once per connection, so the write itself costs
+    no check."""
+    method = getattr(type(transport), "writelines", None)
+    if _WRITELINES_SKIPS_PAUSE and getattr(method, "__module__", None) == "asyncio.selector_events":
+        write = transport.write
+        return lambda parts: write(b"".join(parts))
+    return transport.writelines
 
 
 def raise_nofile_limit() -> int:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from h2ping.http1 import Request, ResponseWriter
+from h2ping.listener import ClientConnection, ListenerLimits, RequestHandler
+from h2ping.stats import Stats
+
 from .conftest import TLSFiles, running_proxy, send_raw
 
 
@@ -125,3 +129,40 @@ async def test_client_close_after_request_cancels_it(tls: TLSFiles) -> None:
         assert request.client_reset_code == ErrorCodes.CANCEL
         assert await asyncio.wait_for(reader.read(), 5) == b""
         writer.close()
+
+
+async def test_client_that_reads_nothing_pauses_its_connection() -> None:
+    """Output to a client that stops reading pauses its connection once the socket's
+    buffer is full, and resumes as the client drains it: on every loop and Python,
+    including CPython 3.12.0-3.12.8 and 3.13.0-3.13.1, whose asyncio transport
+    never pauses the protocol from writelines() (CPython gh-127655)."""
+
+    def no_requests(request: Request, writer: ResponseWriter) -> RequestHandler:
+        raise AssertionError("the test sends no request")
+
+    clients: set[ClientConnection] = set()
+    limits = ListenerLimits(header_timeout=30, idle_timeout=30)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: ClientConnection(no_requests, clients, Stats(), limits), "127.0.0.1", 0
+    )
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    try:
+        while not clients:
+            await asyncio.sleep(0.01)
+        (conn,) = clients
+        chunk = b"x" * 65536
+        sent = 0
+        while not conn.write_paused and sent < 64 * 1024 * 1024:
+            conn.send(b"%x\r\n" % len(chunk), chunk, b"\r\n")  # as a chunked response does
+            sent += len(chunk) + 9
+            await asyncio.sleep(0)  # the batch goes to the socket
+        assert conn.write_paused, f"{sent} bytes handed to a client that reads nothing"
+        assert sent < 24 * 1024 * 1024
+        received = await asyncio.wait_for(reader.readexactly(sent), 30)
+        assert not conn.write_paused
+        assert received.count(chunk) == sent // (len(chunk) + 9)
+    finally:
+        writer.close()
+        server.close()
+        await server.wait_closed()

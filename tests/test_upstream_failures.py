@@ -102,13 +102,19 @@ async def test_h2c_prior_knowledge(session: aiohttp.ClientSession) -> None:
 async def test_connect_timeout(session: aiohttp.ClientSession, timeout: float) -> None:
     import asyncio
 
-    # A listener that accepts TCP but never speaks TLS.
-    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    # A listener that accepts TCP but never speaks TLS. It holds on to each
+    # connection: from Python 3.13 on, asyncio closes a connection whose
+    # StreamWriter is garbage-collected, and the proxy would see a reset.
+    accepted: list[asyncio.StreamWriter] = []
+    server = await asyncio.start_server(lambda r, w: accepted.append(w), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
         async with running_proxy(f"https://127.0.0.1:{port}", connect_timeout=timeout) as proxy:
             async with session.get(proxy.url + "/") as resp:
                 assert resp.status == 502
                 assert proxy_status_error(resp) == "connection_timeout"
+        assert accepted
     finally:
+        for writer in accepted:
+            writer.close()
         server.close()

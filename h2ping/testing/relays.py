@@ -40,6 +40,11 @@ class _Flow:
             if task is not asyncio.current_task():
                 task.cancel()
 
+    def close(self) -> None:
+        """Both directions are over: release both sockets."""
+        self.client.close()
+        self.upstream.close()
+
 
 class Relay:
     """Forward TCP to ``target_host:target_port``.
@@ -69,6 +74,7 @@ class Relay:
         self.flows_cut = 0
         self.bytes_to_client = 0
         self._flows: set[_Flow] = set()
+        self._handlers: set[asyncio.Task[None]] = set()  # one per accepted connection
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
@@ -76,13 +82,13 @@ class Relay:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
+        """Reset every open flow and wait until all of them are gone."""
         if self._server is not None:
             self._server.close()
-        flows, self._flows = self._flows, set()
-        tasks = [task for flow in flows for task in flow.tasks]
-        for flow in flows:
-            flow.reset()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        handlers = list(self._handlers)
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
@@ -97,11 +103,31 @@ class Relay:
     async def _accept(
         self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter
     ) -> None:
+        # asyncio runs this in a task of its own, which only stop() (or the loop
+        # closing) cancels. It must end without an exception even then: before
+        # Python 3.13 asyncio reports a cancelled connection callback with a
+        # CancelledError traceback.
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._relay(client_reader, client)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._handlers.discard(task)
+
+    async def _relay(
+        self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter
+    ) -> None:
         try:
             up_reader, upstream = await asyncio.open_connection(self.target_host, self.target_port)
-        except OSError:
+        except OSError:  # the target refused: so does the relay
             client.transport.abort()
             return
+        except asyncio.CancelledError:
+            client.transport.abort()
+            raise
         self.flows_accepted += 1
         flow = _Flow(self, client, upstream)
         self._flows.add(flow)
@@ -112,12 +138,19 @@ class Relay:
         flow.tasks = list(pumps)
         if self.idle_cut is not None:
             flow.tasks.append(asyncio.create_task(self._watch_idle(flow, self.idle_cut)))
-        await asyncio.gather(*pumps, return_exceptions=True)
-        # Both directions are over (closed, or cut): a closed flow is not idle.
-        for task in flow.tasks[len(pumps) :]:
-            task.cancel()
-        await asyncio.gather(*flow.tasks, return_exceptions=True)
-        self._flows.discard(flow)
+        try:
+            await asyncio.gather(*pumps, return_exceptions=True)
+        except asyncio.CancelledError:
+            flow.reset()
+            raise
+        finally:
+            # Both directions are over (closed, or cut): a closed flow is not idle,
+            # and its sockets are released.
+            for task in flow.tasks:
+                task.cancel()
+            await asyncio.gather(*flow.tasks, return_exceptions=True)
+            flow.close()
+            self._flows.discard(flow)
 
     async def _pump(
         self,
