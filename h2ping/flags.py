@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .config import (
     LOG_LEVELS,
@@ -29,6 +30,7 @@ from .config import (
     Config,
     ConfigError,
     HostPort,
+    Upstream,
     format_duration,
     parse_duration,
     parse_listen,
@@ -138,6 +140,15 @@ def _parse_file(text: str) -> str | None:
     return text
 
 
+def _parse_upstream(text: str) -> Upstream:
+    # The Go binary never sends a URL's user:password (SetURL does not copy it): drop
+    # it here too, rather than refuse a command line that works there. Noted below.
+    parts = urlsplit(text.strip())
+    if "@" in parts.netloc:
+        text = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return parse_upstream(text)
+
+
 def _parse_admin_listen(text: str) -> HostPort | None:
     return parse_listen(text) if text else None  # empty: no admin endpoint, as by default
 
@@ -177,7 +188,7 @@ _GROUPS = ("Required", "Listener", "Upstream", "Liveness", "Lifecycle", "Logging
 # Help texts stay short enough for one line of at most 100 columns, default included.
 _FLAGS: tuple[_Flag, ...] = (
     _Flag("upstream", "Required", _STRING, "URL",
-          "https://host[:port][/base]; http:// means h2c", check=parse_upstream),
+          "https://host[:port][/base]; http:// means h2c", check=_parse_upstream),
     _Flag("listen", "Listener", _STRING, "host:port",
           "where HTTP/1.1 clients connect", check=parse_listen),
     _Flag("workers", "Listener", _parse_int, "n",
@@ -292,6 +303,11 @@ def _ignored_arguments(rest: list[str], before: str) -> str:
 def _go_meaning(field: str, setting: _Setting, notes: list[str]) -> Any:
     """Values the Go binary accepts but Config refuses: give them Go's meaning, and say so."""
     value, source = setting.value, setting.source
+    if field == "upstream" and "@" in urlsplit(setting.raw.strip()).netloc:
+        notes.append(
+            f"{source}: the credentials in the URL are not sent (nor are they by the Go "
+            "binary); send an Authorization header from the client instead"
+        )
     if field == "ping_interval" and value < 0:
         # Go's transport would PING after every frame it reads: a PING flood. Refused.
         raise SettingError(f"{source}: must not be negative (0 disables PINGs)")
