@@ -7,18 +7,23 @@ import os
 import signal
 import socket
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
+from h2ping.config import Config, parse_listen, parse_upstream
+from h2ping.proxy import bind_listener
 from h2ping.testing import ScriptedUpstream
+from h2ping.workers import run_workers
 
 from .conftest import assert_not_accepting, free_port, wait_for_port
 from .launcher import H2PING_SIDECAR, StartFailed, launch
 
 # The loop here only runs the test's clients; the process under test picks its own.
-pytestmark = pytest.mark.asyncio(loop_factories=["uvloop"])
+ONE_LOOP = pytest.mark.asyncio(loop_factories=["uvloop"])
 
 
 async def start_workers(
@@ -31,6 +36,7 @@ async def start_workers(
     )  # fmt: skip
 
 
+@ONE_LOOP
 async def test_two_workers_share_the_port_and_drain_on_sigterm() -> None:
     async with ScriptedUpstream() as up:
         port = free_port()
@@ -61,6 +67,7 @@ async def test_two_workers_share_the_port_and_drain_on_sigterm() -> None:
                 await proc.wait()
 
 
+@ONE_LOOP
 async def test_workers_exit_1_when_the_port_is_taken() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -80,6 +87,7 @@ def worker_flags(port: int, upstream: str, ready: Path, workers: int = 2) -> lis
     ]  # fmt: skip
 
 
+@ONE_LOOP
 async def test_a_second_instance_cannot_join_the_port(tmp_path: Path) -> None:
     """Only the workers of one instance share a socket: a second ``-workers 2`` on
     the same port fails to bind instead of taking half the connections."""
@@ -108,6 +116,7 @@ async def test_a_second_instance_cannot_join_the_port(tmp_path: Path) -> None:
             first.kill()
 
 
+@ONE_LOOP
 async def test_the_ready_file_waits_for_every_worker(tmp_path: Path) -> None:
     ready = tmp_path / "w.ready"
     async with ScriptedUpstream() as up:
@@ -131,6 +140,7 @@ async def test_the_ready_file_waits_for_every_worker(tmp_path: Path) -> None:
             launched.kill()
 
 
+@ONE_LOOP
 async def test_workers_ready_file_removed_on_a_second_signal(tmp_path: Path) -> None:
     arrived = asyncio.Event()
 
@@ -159,6 +169,7 @@ async def test_workers_ready_file_removed_on_a_second_signal(tmp_path: Path) -> 
             launched.kill()
 
 
+@ONE_LOOP
 async def test_workers_stop_when_the_ready_file_cannot_be_written(tmp_path: Path) -> None:
     ready = tmp_path / "missing-dir" / "w.ready"
     port = free_port()
@@ -173,6 +184,7 @@ async def test_workers_stop_when_the_ready_file_cannot_be_written(tmp_path: Path
     await assert_not_accepting(port, "the workers after the failed start")
 
 
+@ONE_LOOP
 async def test_ctrl_c_to_the_process_group_drains_once() -> None:
     """A terminal's Ctrl-C goes to the whole foreground process group: every
     worker must still drain and exit 0, not take it as a second signal."""
@@ -195,6 +207,7 @@ async def test_ctrl_c_to_the_process_group_drains_once() -> None:
                 await proc.wait()
 
 
+@ONE_LOOP
 async def test_workers_die_with_their_parent() -> None:
     async with ScriptedUpstream() as up:
         port = free_port()
@@ -212,3 +225,55 @@ async def test_workers_die_with_their_parent() -> None:
                 return  # no worker left listening
             writer.close()
         raise AssertionError("workers kept running after their parent was killed")
+
+
+# --- run_workers itself, with stand-in workers forked from the test process -----------
+
+
+@pytest.fixture
+def parent_signals() -> Iterator[None]:
+    """run_workers installs the parent's signal forwarding: put the handlers back."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def stand_in(
+    tmp_path: Path, code: int = 0
+) -> Callable[[Config, socket.socket, Callable[[], None]], int]:
+    """A worker that takes longer to start the higher its index, and says when it has."""
+
+    def run_one(config: Config, sock: socket.socket, started: Callable[[], None]) -> int:
+        index = int(config.name.rsplit("/", 1)[1])
+        time.sleep(0.2 * index)
+        (tmp_path / f"started-{index}").touch()
+        started()
+        time.sleep(0.3)
+        return code if index == 2 else 0
+
+    return run_one
+
+
+def three_workers() -> tuple[Config, socket.socket]:
+    config = Config(upstream=parse_upstream("https://h"), listen=parse_listen("127.0.0.1:0"))
+    return config.replace(workers=3), bind_listener(config.listen)
+
+
+def test_ready_only_once_every_worker_has_started(tmp_path: Path, parent_signals: None) -> None:
+    seen: list[list[str]] = []
+
+    def on_ready() -> bool:
+        seen.append(sorted(path.name for path in tmp_path.glob("started-*")))
+        return True
+
+    config, sock = three_workers()
+    assert run_workers(config, sock, stand_in(tmp_path), on_ready) == 0
+    assert seen == [["started-1", "started-2", "started-3"]]
+
+
+def test_a_failed_on_ready_or_worker_is_the_exit_code(tmp_path: Path, parent_signals: None) -> None:
+    config, sock = three_workers()
+    assert run_workers(config, sock, stand_in(tmp_path), lambda: False) == 1
+    config, sock = three_workers()
+    assert run_workers(config, sock, stand_in(tmp_path, code=3), lambda: True) == 3
