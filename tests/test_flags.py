@@ -799,3 +799,10 @@ def test_parse_upstream_bad(text: str) -> None:
         parse_upstream(text)
     if "@" not in text:  # the command line drops credentials instead (tested above)
         assert error("-upstream", text, code=1).startswith("-upstream: invalid URL")
+
+
+def test_the_readme_flag_table_lists_every_flag() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    usage = readme.split("## Usage\n", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("`")[1] for line in usage.splitlines() if line.startswith("| `-")}
+    assert rows == {f"-{name}" for name in FLAG_NAMES} | {"-version", "-h"}
