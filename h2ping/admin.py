@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from . import __version__
+from ._version import __version__
 from .config import HostPort
 
 if TYPE_CHECKING:

@@ -1,34 +1,44 @@
-"""``python -m h2ping``: flags, logging, signals and exit codes around a :class:`Proxy`.
+"""``python -m h2ping``: flags, logging, readiness, signals and exit codes around a
+:class:`Proxy`, as the Go binary ``h2-ping-sidecar`` has them.
 
-Exit codes: 0 after a clean shutdown, 1 on a fatal runtime error (the port is
-taken, say, or a bug of ours; the last log line says which), 2 for a bad flag or
-value. Installed twice: as ``h2ping`` and as ``h2-ping-sidecar``, the Go binary's
-name, so launchers configured with that path run this unchanged.
+Exit codes: 0 after a clean stop (or ``-h``/``-version``); 2 for what Go's flag
+package rejects (an unknown flag, a value it cannot parse); 1 for a value refused
+after parsing, a port that cannot be bound, a ready file that cannot be written, or
+a bug of ours (the last log line says which). Installed twice: as ``h2ping`` and as
+``h2-ping-sidecar``, the Go binary's name, so launchers configured with that path run
+this unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
 import signal
+import socket
 import ssl
 import sys
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from ._version import __version__
 from .admin import AdminListenError
 from .config import Config
-from .flags import FlagError, HelpRequested, help_text, parse_args
-from .logs import setup_logging
-from .proxy import Proxy
+from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
+from .logs import LIFECYCLE, setup_logging
+from .proxy import BindError, Proxy, bind_listener
+from .sockets import raise_nofile_limit
 from .workers import run_workers
 
 log = logging.getLogger("h2ping")
+#: Start and stop lines, written at every -log-level.
+lifecycle = logging.getLogger(LIFECYCLE)
 
 #: Runtime knobs of the Go binary; meaningless here, accepted so old launchers work.
 _GO_RUNTIME_ENV = ("GOMEMLIMIT", "GOMAXPROCS")
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _log_loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -37,8 +47,59 @@ def _log_loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]
     log.error("unhandled error in the event loop: %s", context.get("message"), exc_info=exc)
 
 
-async def serve(config: Config) -> int:
-    """Run until SIGINT/SIGTERM, then drain. Returns the process exit code."""
+def _reason(exc: OSError) -> str:
+    """``address already in use``: the system's words, lowercased as Go prints them
+    (from the errno: asyncio wraps its bind errors in a longer text)."""
+    code = exc.errno
+    if code is not None and code in errno.errorcode:
+        text = os.strerror(code)
+    else:  # a resolver error: its errno is no errno
+        text = exc.strerror or str(exc)
+    return text[:1].lower() + text[1:]
+
+
+def write_ready_file(path: str) -> bool:
+    """Write our PID and a newline to ``path`` for a supervisor, all at once (a
+    reader never sees an empty file). Logs why not and returns False on failure."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "w") as file:
+            file.write(f"{os.getpid()}\n")
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        log.error("cannot write -ready-file %s: %s", path, _reason(exc))
+        return False
+    return True
+
+
+def remove_ready_file(path: str | None) -> None:
+    """Remove the ready file if it is still ours (a successor may have written its own)."""
+    if path is None:
+        return
+    with contextlib.suppress(OSError):
+        with open(path) as file:
+            if file.read() != f"{os.getpid()}\n":
+                return
+        os.unlink(path)
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+async def serve(
+    config: Config,
+    sock: socket.socket | None = None,
+    started: Callable[[], None] | None = None,
+) -> int:
+    """Run until SIGINT/SIGTERM, then drain. Returns the process exit code.
+
+    A worker passes the listening ``sock`` its parent bound, and ``started`` to
+    report that it serves; a single process binds here and writes the ready file.
+    """
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_log_loop_exception)
     proxy = Proxy(config)
@@ -46,55 +107,63 @@ async def serve(config: Config) -> int:
 
     def on_signal(signum: int) -> None:
         if stopping.is_set():
-            log.warning("second %s: exiting now", signal.Signals(signum).name)
+            lifecycle.warning("second %s: exiting now", signal.Signals(signum).name)
+            remove_ready_file(config.ready_file)
             logging.shutdown()
             os._exit(1)
-        log.info(
-            "%s: draining %d in-flight requests (up to %gs)",
+        lifecycle.info(
+            "%s: draining %s (up to %gs)",
             signal.Signals(signum).name,
-            proxy.in_flight,
+            _plural(proxy.in_flight, "in-flight request"),
             config.shutdown_grace,
         )
         stopping.set()
 
     # Before binding, so that a signal during startup still means "drain and exit 0".
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in _STOP_SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
+    # A worker starts with these blocked, so that none arrives before the handlers.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     try:
-        await proxy.start()
+        await proxy.start(sock)
     except ssl.SSLError as exc:  # an OSError too, but not the listener's
         log.error("ca-file %s: %s", config.ca_file, exc.reason or exc)
         return 1
-    except OSError as exc:
-        where = f"admin-listen {exc.address}" if isinstance(exc, AdminListenError) else None
-        where = where or f"listen {config.listen}"
-        if exc.errno == errno.EADDRINUSE:
-            log.error("%s: address already in use", where)
-        else:
-            log.error("%s: %s", where, exc.strerror or exc)
+    except BindError as exc:
+        log.error("cannot bind %s: %s", exc.address, _reason(exc))
         return 1
-    # Launchers wait for this line; the port is bound by now.
-    log.info("listening on %s -> %s", proxy.listen_address, config.upstream)
-    if proxy.admin is not None:
-        log.info("admin endpoint on %s: /healthz /readyz /metrics", proxy.admin.address)
-    if not config.listen.is_loopback:
-        log.warning(
-            "listen address %s is not loopback and h2ping has no authentication: "
-            "anyone who can reach it can use your upstream",
-            config.listen,
-        )
-    if config.insecure_skip_verify:
-        log.warning("insecure-skip-verify is on: upstream TLS certificates are NOT checked")
+    except AdminListenError as exc:  # not "cannot bind": that is the launcher's -listen hint
+        log.error("cannot serve -admin-listen on %s: %s", exc.address, _reason(exc))
+        return 1
+    try:
+        if config.ready_file is not None and not write_ready_file(config.ready_file):
+            await proxy.stop(grace=0)
+            return 1
+        if not config.listen.is_loopback:
+            log.warning(
+                "listen address %s is not loopback and h2ping has no authentication: "
+                "anyone who can reach it can use your upstream",
+                proxy.listen_address,
+            )
+        if config.insecure_skip_verify:
+            log.warning("insecure-skip-verify is on: upstream TLS certificates are NOT checked")
+        lifecycle.info("listening on %s -> %s", proxy.listen_address, config.upstream.display)
+        if proxy.admin is not None:
+            lifecycle.info("admin endpoint on %s: /healthz /readyz /metrics", proxy.admin.address)
+        if started is not None:
+            started()
 
-    await stopping.wait()
-    await proxy.stop()
-    log.info("stopped: %s", proxy.summary())
-    return 0
+        await stopping.wait()
+        await proxy.stop()
+        lifecycle.info("stopped: %s", proxy.summary())
+        return 0
+    finally:
+        remove_ready_file(config.ready_file)
 
 
-def _serve_worker(config: Config) -> int:
+def _serve_worker(config: Config, sock: socket.socket, started: Callable[[], None]) -> int:
     setup_logging(config)  # the worker's own name in its lines
-    return _run(serve(config))
+    return _run(serve(config, sock, started))
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:
@@ -105,35 +174,64 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(coro)
 
 
+def _run_workers(config: Config) -> int:
+    """The parent of ``-workers N``: binds the one socket, forks, writes the ready file."""
+    try:
+        sock = bind_listener(config.listen)
+    except BindError as exc:
+        log.error("cannot bind %s: %s", exc.address, _reason(exc))
+        return 1
+    # The workers write no ready file of their own: the parent is the process started.
+    workers = config.replace(ready_file=None)
+    path = config.ready_file
+    try:
+        return run_workers(
+            workers, sock, _serve_worker, lambda: path is None or write_ready_file(path)
+        )
+    finally:
+        remove_ready_file(path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     prog = os.path.basename(sys.argv[0]) if argv is None else "h2ping"
     if prog in ("__main__.py", "-c"):
         prog = "python -m h2ping"
     try:
-        config = parse_args(args)
+        command_line = parse_command_line(args)
     except HelpRequested:
         print(help_text(prog), end="")
         return 0
+    except VersionRequested:
+        print(f"h2ping {__version__}")
+        return 0
     except FlagError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
+    config = command_line.config
     setup_logging(config)
+    # Each in-flight request holds a client socket; a process-wide choice, so here
+    # and not in Proxy, which other programs embed.
+    raise_nofile_limit()
+    for note in command_line.notes:
+        log.warning("%s", note)
     ignored = [name for name in _GO_RUNTIME_ENV if os.environ.get(name)]
     if ignored:
         log.info("ignoring %s: Go runtime settings, meaningless here", " and ".join(ignored))
     try:
         if config.workers > 1:
-            return run_workers(config, _serve_worker)
+            return _run_workers(config)
         return _run(serve(config))
     except KeyboardInterrupt:  # SIGINT before serve() installed its handler: nothing to drain
-        log.info("interrupted during startup: exiting")
+        lifecycle.info("interrupted during startup: exiting")
         return 0
     except Exception as exc:
         # A bug of ours. Launchers show the tail of the log: end it with one clear line.
         log.error("internal error", exc_info=True)
         log.error("exiting after an unexpected error: %s: %s", type(exc).__name__, exc)
         return 1
+    finally:
+        remove_ready_file(config.ready_file)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,13 @@ import dataclasses
 import ipaddress
 import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from functools import cached_property
+from urllib.parse import quote, urlsplit
 
 #: AWS Global Accelerator cuts a flow after this long without application bytes.
 MIDDLEBOX_IDLE_SECONDS = 340.0
-#: The load balancer behind it closes client connections at about this age.
+#: The load balancer behind it closes client connections at about this age: a
+#: max-conn-age at or above it lets that GOAWAY, not ours, retire connections.
 MAX_CONN_AGE_CEILING_SECONDS = 3600.0
 
 
@@ -40,47 +42,48 @@ _UNIT_SECONDS = {
     "m": 60.0,
     "h": 3600.0,
 }
+_MAX_DURATION_SECONDS = (2**63 - 1) / 1e9
 
 
 def parse_duration(text: str) -> float:
-    """Parse a Go duration (``60s``, ``1m30s``, ``500ms``) or bare seconds into seconds.
+    """Parse a Go duration (``60s``, ``1m30s``, ``500ms``, ``-1s``) or bare seconds.
 
-    Negative durations are rejected: no setting of ours has a meaning for them.
+    Negative values are returned as such: what they mean is the setting's business
+    (the command line gives some of them the Go binary's meaning, Config refuses them).
     """
     s = text.strip()
     if not s:
         raise ValueError("empty duration")
+    sign = -1.0 if s.startswith("-") else 1.0
+    if s[:1] in "+-":
+        s = s[1:]
     # Bare seconds; a plain pattern, since float() would also take "1_000" or "1e3".
     if _BARE_SECONDS.fullmatch(s):
-        value = float(s)
-        if value == float("inf"):
-            raise ValueError(f"invalid duration {text!r}: too large")
-        return value
-    if s.startswith("-"):
-        raise ValueError(f"invalid duration {text!r}: must not be negative")
-    if s.startswith("+"):
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    pos = 0
-    total = 0.0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if m is None:
-            raise ValueError(
-                f"invalid duration {text!r}: use Go syntax such as 60s, 1m30s or 500ms"
-            )
-        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-        pos = m.end()
-    if total == float("inf"):
+        total = float(s)
+    elif s == "0":
+        total = 0.0
+    else:
+        pos = 0
+        total = 0.0
+        while pos < len(s) or pos == 0:
+            m = _DURATION_PART.match(s, pos)
+            if m is None:
+                raise ValueError(
+                    f"invalid duration {text!r}: use Go syntax such as 60s, 1m30s or 500ms"
+                )
+            total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+            pos = m.end()
+    if total > _MAX_DURATION_SECONDS:  # Go's limit: an int64 of nanoseconds
         raise ValueError(f"invalid duration {text!r}: too large")
-    return total
+    return sign * total
 
 
 def format_duration(seconds: float) -> str:
     """Render seconds the way Go prints a duration, for help text and logs."""
     if seconds == 0:
         return "0s"
+    if seconds < 0:
+        return "-" + format_duration(-seconds)
     if seconds < 1:
         return f"{seconds * 1000:g}ms"
     whole = int(seconds)
@@ -135,11 +138,14 @@ def parse_listen(text: str) -> HostPort:
 
 @dataclass(frozen=True)
 class Upstream:
-    """Where requests go. Only scheme, host and port are kept; paths stay per request."""
+    """Where requests go: the connection's scheme, host and port, and a base path and
+    query that each request's own are joined to (as Go's ``ProxyRequest.SetURL`` does)."""
 
     scheme: str  # "https" (TLS + ALPN h2) or "http" (h2c with prior knowledge)
     host: str
     port: int
+    path: str = ""  # escaped, as sent: "" or "/v1"
+    query: str = ""  # raw, without the "?"
 
     @property
     def tls(self) -> bool:
@@ -153,10 +159,44 @@ class Upstream:
         return host if self.port == default else f"{host}:{self.port}"
 
     def __str__(self) -> str:
+        """The connection's address, as ``https://host[:port]``."""
         return f"{self.scheme}://{self.authority}"
+
+    @property
+    def display(self) -> str:
+        """For log lines: the base path too, and the query's names but not its values,
+        which may be keys."""
+        names = "&".join(part.partition("=")[0] + "=..." for part in self.query.split("&"))
+        return f"{self}{self.path}" + (f"?{names}" if self.query else "")
+
+    # Per request the header mapping needs these as bytes: computed once.
+    @cached_property
+    def scheme_bytes(self) -> bytes:
+        return self.scheme.encode()
+
+    @cached_property
+    def authority_bytes(self) -> bytes:
+        return self.authority.encode()
+
+    @cached_property
+    def path_prefix(self) -> bytes:
+        """The base path that request paths are appended to. One trailing slash goes,
+        since the request's path brings its own (Go's ``singleJoiningSlash``)."""
+        path = self.path.encode()
+        return path[:-1] if path.endswith(b"/") else path
+
+    @cached_property
+    def query_bytes(self) -> bytes:
+        return self.query.encode()
+
+
+# RFC 3986 pchar plus "/" and "%" (existing escapes stay as given); Go escapes the rest.
+_PATH_SAFE = "/%:@!$&'()*+,;=~"
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def parse_upstream(text: str) -> Upstream:
+    """``https://host[:port][/base/path][?query]``; a fragment is ignored, as in Go."""
     try:
         parts = urlsplit(text.strip())
         port = parts.port
@@ -171,7 +211,15 @@ def parse_upstream(text: str) -> Upstream:
         raise ValueError(f"invalid URL {text!r}: credentials in the URL are not supported")
     if port == 0:
         raise ValueError(f"invalid URL {text!r}: port 0")
-    return Upstream(scheme, parts.hostname, port or (443 if scheme == "https" else 80))
+    if _BAD_ESCAPE.search(parts.path) or _BAD_ESCAPE.search(parts.query):
+        raise ValueError(f"invalid URL {text!r}: a % that starts no escape")
+    return Upstream(
+        scheme,
+        parts.hostname,
+        port or (443 if scheme == "https" else 80),
+        quote(parts.path, safe=_PATH_SAFE),
+        quote(parts.query, safe=_PATH_SAFE + "?"),
+    )
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -194,7 +242,7 @@ class Config:
     insecure_skip_verify: bool = False
     ca_file: str | None = None
     connect_timeout: float = 10.0
-    workers: int = 1  # processes sharing the listening port (SO_REUSEPORT)
+    workers: int = 1  # processes serving one listening socket
     loop_lag_interval: float = 0.0  # tick for measuring event-loop lag; 0 disables
     header_timeout: float = 30.0  # a request head must arrive within this, else 408
     client_idle_timeout: float = 600.0  # close kept-alive client connections idle this long
@@ -203,6 +251,8 @@ class Config:
     log_format: str = "text"  # "json": one object per line
     # /healthz, /readyz and /metrics; None serves none of them.
     admin_listen: HostPort | None = None
+    # The command writes its PID here once it listens (for a supervisor); Proxy ignores it.
+    ready_file: str | None = None
 
     def __post_init__(self) -> None:
         for setting, value in (
@@ -232,20 +282,14 @@ class Config:
             raise ConfigError("shutdown-grace", "must not be negative")
         if self.retry_body_limit < 0:
             raise ConfigError("retry-body-limit", "must not be negative (0 disables)")
-        if self.max_conn_age < 0 or self.max_conn_age >= MAX_CONN_AGE_CEILING_SECONDS:
-            raise ConfigError(
-                "max-conn-age",
-                f"must be below {format_duration(MAX_CONN_AGE_CEILING_SECONDS)}, "
-                "the load balancer's keep-alive (0s disables)",
-            )
+        if self.max_conn_age < 0:
+            raise ConfigError("max-conn-age", "must not be negative (0s disables)")
         if self.idle_conn_timeout < 0:
             raise ConfigError("idle-conn-timeout", "must not be negative (0 keeps them)")
         if self.max_buffered_bytes < 0:
             raise ConfigError("max-buffered-bytes", "must not be negative (0 keeps no bodies)")
         if not 1 <= self.workers <= 256:
             raise ConfigError("workers", "must be between 1 and 256")
-        if self.workers > 1 and self.listen.port == 0:
-            raise ConfigError("workers", "needs a fixed listen port (workers share it)")
         if self.loop_lag_interval < 0:
             raise ConfigError("loop-lag-interval", "must not be negative (0 disables)")
         if self.header_timeout <= 0:

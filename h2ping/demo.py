@@ -99,7 +99,24 @@ async def run_demo() -> int:
     return 0
 
 
-def main() -> int:
+USAGE = """Usage: python -m h2ping.demo
+
+Starts an embedded HTTP/2 upstream (h2c, no network needed) and h2ping in front of
+it on 127.0.0.1, sends four HTTP/1.1 requests through (a GET, a 1 MiB POST, a
+streamed response and a slow request that h2ping keeps alive with PINGs), prints
+what came back and the proxy's counters, then stops. It takes no arguments.
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] in ("-h", "-help", "--help"):
+        print(USAGE, end="")
+        return 0
+    if args:
+        print(f"python -m h2ping.demo: unexpected argument {args[0]!r}", file=sys.stderr)
+        print(USAGE, end="", file=sys.stderr)
+        return 2
     try:
         import uvloop
     except ImportError:

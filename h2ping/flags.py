@@ -1,10 +1,17 @@
 """Command line and environment -> :class:`Config`.
 
-Spelled like Go's ``flag`` package (the tool replaces the Go binary
-``h2-ping-sidecar`` and existing deployments keep their command lines), and also
-GNU-style ``--flag``/``--flag=value`` and ``--flag_name``. One table drives
-parsing, ``H2PING_*`` environment lookup and the help text. All value checks
-live in ``config.py``; this module only converts strings and names the culprit.
+Parsed as Go's ``flag`` package parses the Go binary ``h2-ping-sidecar``'s command
+line (the tool replaces it and existing launchers keep their command lines), with
+GNU-style ``--flag``/``--flag=value`` too. One table drives parsing, ``H2PING_*``
+environment lookup and the help text.
+
+Errors come in the Go binary's two kinds. What Go's flag package itself rejects
+(an unknown flag, a value its type cannot parse, a missing value) is a
+:class:`UsageError`, exit 2; it stops the parse at once, so an ``-h`` after it is
+not seen, as in Go. What the program refuses after parsing (no ``-upstream``, a URL
+or address it cannot use, a value out of range) is a :class:`SettingError`, exit 1;
+an ``-h`` anywhere wins over those. Values Go accepts keep Go's meaning where they
+have one (``-ping-timeout 0``, a negative ``-shutdown-grace``), with a note saying so.
 """
 
 from __future__ import annotations
@@ -15,12 +22,15 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from .config import (
     LOG_LEVELS,
+    MAX_CONN_AGE_CEILING_SECONDS,
     Config,
     ConfigError,
     HostPort,
+    Upstream,
     format_duration,
     parse_duration,
     parse_listen,
@@ -29,9 +39,14 @@ from .config import (
 
 ENV_PREFIX = "H2PING_"
 
+#: What the HTTP/2 transport of the Go binary uses for a PING timeout of 0 or less.
+GO_DEFAULT_PING_TIMEOUT = 15.0
+
 
 class FlagError(Exception):
     """Bad command line or environment; the message is one line naming the culprit."""
+
+    exit_code = 2
 
     def __init__(self, message: str) -> None:
         # Values are echoed back; escape control characters so a stray newline
@@ -39,8 +54,28 @@ class FlagError(Exception):
         super().__init__("".join(c if c.isprintable() else _escape(c) for c in message))
 
 
+class UsageError(FlagError):
+    """Rejected while parsing, as Go's flag package would: exit 2."""
+
+
+class SettingError(FlagError):
+    """Parsed, but refused, as the Go binary's main() would: exit 1."""
+
+    exit_code = 1
+
+
 class HelpRequested(Exception):
     """-h, -help or --help was given: print :func:`help_text` and exit 0."""
+
+
+class VersionRequested(Exception):
+    """-version or --version was given: print the version and exit 0."""
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    config: Config
+    notes: tuple[str, ...]  # warnings to log once logging is set up
 
 
 def _escape(char: str) -> str:
@@ -52,6 +87,9 @@ def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+# --- conversions done while parsing (Go's flag types): a failure is a UsageError ------
+
+
 def _parse_bool(text: str) -> bool:
     # Exactly the spellings Go's strconv.ParseBool accepts.
     if text in ("1", "t", "T", "TRUE", "true", "True"):
@@ -61,11 +99,34 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(f"invalid boolean value {text!r}: use true or false")
 
 
+_INT_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdefABCDEF"}
+_INT_PREFIXES = {"0x": 16, "0b": 2, "0o": 8}
+
+
 def _parse_int(text: str) -> int:
-    # ASCII decimal only: int() would also take "1_000" and non-ASCII digits.
-    if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", text):
-        raise ValueError(f"invalid integer {text!r}: expected a whole number of bytes")
-    return int(text)  # a negative value is left for Config to reject, with its reason
+    """Go's ``strconv.ParseInt(text, 0, 64)``, which the flag package uses: an optional
+    sign, ``0x``/``0b``/``0o`` or a leading ``0`` (octal) for the base, and ``_``
+    between digits."""
+    sign = text[:1] if text[:1] in "+-" else ""
+    body = text[len(sign) :]
+    base = _INT_PREFIXES.get(body[:2].lower(), 0)
+    if base:
+        lead, digits = "0", body[2:]  # the prefix counts as a digit before an "_"
+    elif body[:1] == "0" and len(body) > 1:
+        base, lead, digits = 8, "0", body[1:]
+    else:
+        base, lead, digits = 10, "", body
+    plain = digits.replace("_", "")
+    separated = "_" not in digits or not re.search(r"^_|__|_$", lead + digits)
+    if not plain or not separated or any(c not in _INT_DIGITS[base] for c in plain):
+        raise ValueError(f"invalid integer {text!r}: expected a whole number")
+    value = int(sign + plain, base)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"invalid integer {text!r}: out of range")
+    return value  # a negative value is for the setting to interpret
+
+
+# --- checks done after parsing (string flags in Go): a failure is a SettingError -------
 
 
 def _parse_file(text: str) -> str | None:
@@ -79,18 +140,36 @@ def _parse_file(text: str) -> str | None:
     return text
 
 
+def _parse_upstream(text: str) -> Upstream:
+    # The Go binary never sends a URL's user:password (SetURL does not copy it): drop
+    # it here too, rather than refuse a command line that works there. Noted below.
+    parts = urlsplit(text.strip())
+    if "@" in parts.netloc:
+        text = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return parse_upstream(text)
+
+
 def _parse_admin_listen(text: str) -> HostPort | None:
     return parse_listen(text) if text else None  # empty: no admin endpoint, as by default
+
+
+def _parse_path(text: str) -> str | None:
+    return text or None  # empty: no ready file, as in the Go binary
+
+
+_STRING = str
+_DURATION = parse_duration
 
 
 @dataclass(frozen=True)
 class _Flag:
     name: str  # Go spelling, also the ConfigError setting name
     group: str
-    parse: Callable[[str], Any]
+    convert: Callable[[str], Any]  # while parsing: bool, int, duration or plain string
     metavar: str  # "" for bool flags, which take no separate argument
     help: str
     shown_default: str | None = None  # help text for defaults without a literal value
+    check: Callable[[str], Any] | None = None  # after parsing, for string flags
 
     @property
     def field(self) -> str:
@@ -102,118 +181,207 @@ class _Flag:
 
     @property
     def is_bool(self) -> bool:
-        return self.parse is _parse_bool
+        return self.convert is _parse_bool
 
 
 _GROUPS = ("Required", "Listener", "Upstream", "Liveness", "Lifecycle", "Logging", "Admin")
-_DUR = parse_duration
 # Help texts stay short enough for one line of at most 100 columns, default included.
 _FLAGS: tuple[_Flag, ...] = (
-    _Flag("upstream", "Required", parse_upstream, "URL",
-          "https://host[:port] to forward to; http:// means h2c"),
-    _Flag("listen", "Listener", parse_listen, "host:port",
-          "where HTTP/1.1 clients connect"),
+    _Flag("upstream", "Required", _STRING, "URL",
+          "https://host[:port][/base]; http:// means h2c", check=_parse_upstream),
+    _Flag("listen", "Listener", _STRING, "host:port",
+          "where HTTP/1.1 clients connect", check=parse_listen),
     _Flag("workers", "Listener", _parse_int, "n",
-          "processes sharing the listen port (SO_REUSEPORT)"),
-    _Flag("header-timeout", "Listener", _DUR, "duration",
+          "processes serving the one listening socket"),
+    _Flag("header-timeout", "Listener", _DURATION, "duration",
           "a request head must arrive within this, else 408"),
-    _Flag("client-idle-timeout", "Listener", _DUR, "duration",
+    _Flag("client-idle-timeout", "Listener", _DURATION, "duration",
           "close a kept-alive client connection idle this long"),
-    _Flag("connect-timeout", "Upstream", _DUR, "duration",
+    _Flag("connect-timeout", "Upstream", _DURATION, "duration",
           "limit for TCP + TLS + HTTP/2 setup"),
-    _Flag("ca-file", "Upstream", _parse_file, "path",
-          "also trust the CA certificates in this PEM file", "none"),
+    _Flag("ca-file", "Upstream", _STRING, "path",
+          "also trust the CA certificates in this PEM file", "none", check=_parse_file),
     _Flag("insecure-skip-verify", "Upstream", _parse_bool, "",
           "skip the upstream's certificate checks; tests only"),
-    _Flag("ping-interval", "Liveness", _DUR, "duration",
+    _Flag("ping-interval", "Liveness", _DURATION, "duration",
           "PING after this much silence; <340s, 0 disables"),
-    _Flag("ping-timeout", "Liveness", _DUR, "duration",
+    _Flag("ping-timeout", "Liveness", _DURATION, "duration",
           "a connection silent this long after a PING is dead"),
-    _Flag("max-conn-age", "Lifecycle", _DUR, "duration",
-          "retire a connection near this age; <1h, 0s disables"),
-    _Flag("idle-conn-timeout", "Lifecycle", _DUR, "duration",
+    _Flag("max-conn-age", "Lifecycle", _DURATION, "duration",
+          "retire a connection near this age; 0s disables"),
+    _Flag("idle-conn-timeout", "Lifecycle", _DURATION, "duration",
           "close a connection idle this long; 0 keeps it"),
-    _Flag("shutdown-grace", "Lifecycle", _DUR, "duration",
+    _Flag("shutdown-grace", "Lifecycle", _DURATION, "duration",
           "time in-flight requests get to finish on SIGTERM"),
     _Flag("retry-body-limit", "Lifecycle", _parse_int, "bytes",
           "replay bodies up to this many bytes; 0 disables"),
     _Flag("max-buffered-bytes", "Lifecycle", _parse_int, "bytes",
           "cap on all bodies kept for replay, together"),
-    _Flag("loop-lag-interval", "Logging", _DUR, "duration",
+    _Flag("ready-file", "Lifecycle", _STRING, "path",
+          "write the PID here once listening; removed at exit", "none", check=_parse_path),
+    _Flag("loop-lag-interval", "Logging", _DURATION, "duration",
           "tick this often to measure event-loop lag; 0 disables"),
-    _Flag("log-level", "Logging", str, "level",
+    _Flag("log-level", "Logging", _STRING, "level",
           ", ".join(LOG_LEVELS[:-1]) + " or " + LOG_LEVELS[-1]),
-    _Flag("log-format", "Logging", str, "format", "text, or json for one object per line"),
-    _Flag("name", "Logging", str, "string", "instance name in log lines", "upstream host"),
-    _Flag("admin-listen", "Admin", _parse_admin_listen, "host:port",
-          "serve /healthz, /readyz and /metrics here", "off"),
+    _Flag("log-format", "Logging", _STRING, "format", "text, or json for one object per line"),
+    _Flag("name", "Logging", _STRING, "string", "instance name in log lines", "upstream host"),
+    _Flag("admin-listen", "Admin", _STRING, "host:port",
+          "serve /healthz, /readyz and /metrics here", "off", check=_parse_admin_listen),
 )  # fmt: skip
 _BY_NAME = {f.name: f for f in _FLAGS}
+_KNOWN_ENV = frozenset(f.env for f in _FLAGS)
 
 
-def _convert(flag: _Flag, raw: str, source: str) -> Any:
+def _message(exc: ValueError, raw: str) -> str:
+    # config.py quotes with Python repr ('abc'); show Go's "abc" instead.
+    return str(exc).replace(repr(raw), _quote(raw), 1)
+
+
+@dataclass
+class _Setting:
+    raw: str
+    value: Any
+    source: str  # "-flag" or "H2PING_FLAG", for messages
+
+
+def _convert(flag: _Flag, raw: str, source: str) -> _Setting:
     try:
-        return flag.parse(raw)
+        return _Setting(raw, flag.convert(raw), source)
     except ValueError as exc:
-        # config.py quotes with Python repr ('abc'); show Go's "abc" instead.
-        raise FlagError(f"{source}: {str(exc).replace(repr(raw), _quote(raw), 1)}") from None
+        raise UsageError(f"{source}: {_message(exc, raw)}") from None
 
 
-def _parse_argv(argv: Sequence[str]) -> dict[str, tuple[Any, str]]:
-    """Go's flag.Parse loop; returns field -> (value, source) with the last one winning."""
-    found: dict[str, tuple[Any, str]] = {}
+def _parse_argv(argv: Sequence[str], notes: list[str]) -> dict[str, _Setting]:
+    """Go's flag.Parse loop; returns field -> setting, the last occurrence winning."""
+    found: dict[str, _Setting] = {}
     args = list(argv)
     i = 0
     while i < len(args):
         arg = args[i]
         i += 1
-        if arg == "--":  # ends flags; whatever follows is positional, and we take none
-            if i < len(args):
-                raise FlagError(f"unexpected argument {_quote(args[i])}")
+        if arg == "--" or len(arg) < 2 or arg[0] != "-":  # "-" alone is positional too
+            # Go stops at the first argument that is not a flag and the Go binary
+            # never looks at the rest: ignored here too, but not without a word.
+            rest = args[i:] if arg == "--" else args[i - 1 :]
+            if rest:
+                notes.append(_ignored_arguments(rest, args[i - 2] if i >= 2 else ""))
             break
-        if len(arg) < 2 or arg[0] != "-":  # "-" alone is positional in Go too
-            raise FlagError(f"unexpected argument {_quote(arg)}")
         body = arg[2:] if arg.startswith("--") else arg[1:]
         if not body or body[0] in "-=":
-            raise FlagError(f"bad flag syntax: {arg}")
+            raise UsageError(f"bad flag syntax: {arg}")
         name, has_value, value = body.partition("=")
         if name in ("h", "help"):  # Go does this even for -help=x
             raise HelpRequested()
-        flag = _BY_NAME.get(name.replace("_", "-"))
+        if name == "version":
+            raise VersionRequested()
+        flag = _BY_NAME.get(name)
         if flag is None:
-            raise FlagError(f"flag provided but not defined: -{name}")
+            raise UsageError(f"flag provided but not defined: -{name}")
         if flag.is_bool:  # never takes the next argument: -insecure-skip-verify=false
             value = value if has_value else "true"
         elif not has_value:  # the next argument is the value, even if it starts with "-"
             if i >= len(args):
-                raise FlagError(f"flag needs an argument: -{flag.name}")
+                raise UsageError(f"flag needs an argument: -{flag.name}")
             value = args[i]
             i += 1
-        source = f"-{flag.name}"
-        found[flag.field] = (_convert(flag, value, source), source)  # convert now, like Go
+        found[flag.field] = _convert(flag, value, f"-{flag.name}")  # convert now, like Go
     return found
 
 
-def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
+def _ignored_arguments(rest: list[str], before: str) -> str:
+    others = len(rest) - 1
+    text = f"ignoring {_quote(rest[0])}" + (
+        f" and the {others} argument{'s' if others > 1 else ''} after it" if others else ""
+    )
+    text += ": flags end at the first argument that is not one (as in Go)"
+    name = before.lstrip("-") if before.startswith("-") else ""
+    if name in _BY_NAME and _BY_NAME[name].is_bool and rest[0] in ("true", "false"):
+        text += f"; write -{name}={rest[0]}"
+    return text
+
+
+def _go_meaning(field: str, setting: _Setting, notes: list[str]) -> Any:
+    """Values the Go binary accepts but Config refuses: give them Go's meaning, and say so."""
+    value, source = setting.value, setting.source
+    if field == "upstream" and "@" in urlsplit(setting.raw.strip()).netloc:
+        notes.append(
+            f"{source}: the credentials in the URL are not sent (nor are they by the Go "
+            "binary); send an Authorization header from the client instead"
+        )
+    if field == "ping_interval" and value < 0:
+        # Go's transport would PING after every frame it reads: a PING flood. Refused.
+        raise SettingError(f"{source}: must not be negative (0 disables PINGs)")
+    if field == "ping_timeout" and value <= 0:
+        notes.append(
+            f"{source} {setting.raw}: taken as {format_duration(GO_DEFAULT_PING_TIMEOUT)}, "
+            "the default the Go binary's HTTP/2 transport uses for it"
+        )
+        return GO_DEFAULT_PING_TIMEOUT
+    if field == "shutdown_grace" and value < 0:
+        notes.append(f"{source} {setting.raw}: taken as 0s, cut in-flight requests at once")
+        return 0.0
+    if field == "max_conn_age" and value < 0:
+        notes.append(f"{source} {setting.raw}: taken as 0s, connections are never retired")
+        return 0.0
+    if field == "max_conn_age" and value >= MAX_CONN_AGE_CEILING_SECONDS:
+        notes.append(
+            f"{source} {setting.raw} is not below "
+            f"{format_duration(MAX_CONN_AGE_CEILING_SECONDS)}, the usual load-balancer "
+            "keep-alive: its GOAWAY may end connections first"
+        )
+    if field == "retry_body_limit" and value < 0:
+        notes.append(f"{source} {setting.raw}: taken as 0, no body is kept for replay")
+        return 0
+    return value
+
+
+def parse_command_line(
+    argv: Sequence[str], environ: Mapping[str, str] | None = None
+) -> CommandLine:
     """Build a Config from ``argv`` (without the program name) and ``H2PING_*`` variables.
 
-    Flags win over the environment. Raises :class:`FlagError` or :class:`HelpRequested`.
-    GOMEMLIMIT/GOMAXPROCS are not looked at here: they are not our settings.
+    Flags win over the environment. Raises :class:`UsageError`, :class:`SettingError`,
+    :class:`HelpRequested` or :class:`VersionRequested`. GOMEMLIMIT/GOMAXPROCS are not
+    looked at here: they are not our settings.
     """
     env = os.environ if environ is None else environ
-    settings = _parse_argv(argv)
+    notes: list[str] = []
+    settings = _parse_argv(argv, notes)
     for flag in _FLAGS:
         raw = env.get(flag.env, "")
         # An empty variable counts as unset: templated deployments often export VAR="".
         if flag.field not in settings and raw != "":
-            settings[flag.field] = (_convert(flag, raw, flag.env), flag.env)
+            settings[flag.field] = _convert(flag, raw, flag.env)
+    notes += [
+        f"ignoring {name}: not a setting (see --help for the {ENV_PREFIX}* variables)"
+        for name in sorted(env)
+        if name.startswith(ENV_PREFIX) and name not in _KNOWN_ENV
+    ]
     if "upstream" not in settings:
-        raise FlagError("-upstream is required")
+        raise SettingError("-upstream is required")
+    values: dict[str, Any] = {}
+    for flag in _FLAGS:
+        setting = settings.get(flag.field)
+        if setting is None:
+            continue
+        if flag.check is not None:
+            try:
+                setting.value = flag.check(setting.value)
+            except ValueError as exc:
+                raise SettingError(f"{setting.source}: {_message(exc, setting.raw)}") from None
+        values[flag.field] = _go_meaning(flag.field, setting, notes)
     try:
-        return Config(**{name: value for name, (value, _) in settings.items()})
+        config = Config(**values)
     except ConfigError as exc:
-        _, source = settings.get(exc.setting.replace("-", "_"), (None, f"-{exc.setting}"))
-        raise FlagError(f"{source}: {exc.reason}") from None
+        given = settings.get(exc.setting.replace("-", "_"))
+        source = given.source if given is not None else f"-{exc.setting}"
+        raise SettingError(f"{source}: {exc.reason}") from None
+    return CommandLine(config, tuple(notes))
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
+    """:func:`parse_command_line` without the notes."""
+    return parse_command_line(argv, environ).config
 
 
 def _default_text(flag: _Flag) -> str:
@@ -232,6 +400,7 @@ def help_text(prog: str) -> str:
         f"Usage: {prog} -upstream URL [flags]",
         "",
         "Forwards HTTP/1.1 requests over HTTP/2 and keeps quiet connections alive with PINGs.",
+        "A drop-in for the Go binary h2-ping-sidecar: its flags, messages and exit codes.",
         "Flags may be written -flag value, -flag=value, --flag value or --flag=value.",
         f"Each flag can also be set as {ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PING_INTERVAL=30s);",
         "flags win over the environment. GOMEMLIMIT and GOMAXPROCS are accepted and ignored.",
@@ -243,4 +412,17 @@ def help_text(prog: str) -> str:
         for flag in (f for f in _FLAGS if f.group == group):
             default = "" if flag.group == "Required" else f" (default {_default_text(flag)})"
             lines.append(f"  {usages[flag.name]:<{width}}{flag.help}{default}")
+    lines += [
+        "",
+        "Other:",
+        f"  {'-version':<{width}}print the version and exit",
+        f"  {'-h, -help':<{width}}print this help and exit",
+        "",
+        "Defaults that differ from the Go binary's: -listen 127.0.0.1:1250 (Go: 127.0.0.1:8080)",
+        "and -shutdown-grace 60s (Go: 15m). They are what NeMo Gym's launcher passes, so",
+        "h2ping started by hand behaves as the binary does under Gym.",
+        "Exit codes: 0 after a clean stop or -h; 2 for a flag Go's flag package would reject",
+        "(unknown, unparsable, missing value); 1 for a value refused after parsing, a port",
+        "that cannot be bound, a -ready-file that cannot be written, or an internal error.",
+    ]
     return "\n".join(lines) + "\n"

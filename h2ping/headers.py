@@ -54,22 +54,35 @@ def _connection_tokens(headers: Iterable[Header]) -> set[bytes]:
     return tokens
 
 
-def request_path(target: bytes) -> bytes:
-    """The ``:path`` for a request target.
+def request_path(target: bytes, prefix: bytes = b"", base_query: bytes = b"") -> bytes:
+    """The ``:path`` for a request target, joined to the upstream's base path and query
+    as Go's ``httputil.ProxyRequest.SetURL`` joins them: ``prefix`` (the base path
+    without its trailing slash) goes before the path, ``base_query`` before the query,
+    with ``&`` between them when both are non-empty.
 
-    Origin-form passes as is; absolute-form keeps only path and query, because the
-    request always goes to the configured upstream, never to the host in the URL.
+    Absolute-form keeps only path and query, because the request always goes to the
+    configured upstream, never to the host in the URL. ``*`` (``OPTIONS *``) names
+    no path and stays as it is.
     """
-    if target.startswith(b"/") or target == b"*":
+    if target[:1] == b"/":
+        if not prefix and not base_query:
+            return target  # the common case: nothing to join
+    elif target == b"*":
         return target
-    scheme_end = target.find(b"://")
-    if scheme_end < 0:
-        return target
-    path_start = target.find(b"/", scheme_end + 3)
-    query_start = target.find(b"?", scheme_end + 3)
-    if path_start < 0 or (0 <= query_start < path_start):
-        return b"/" + target[query_start:] if query_start >= 0 else b"/"
-    return target[path_start:]
+    elif (scheme_end := target.find(b"://")) >= 0:
+        rest = target[scheme_end + 3 :]
+        path_start = rest.find(b"/")
+        query_start = rest.find(b"?")
+        if path_start < 0 or (0 <= query_start < path_start):
+            target = rest[query_start:] if query_start >= 0 else b""
+        else:
+            target = rest[path_start:]
+    path, has_query, query = target.partition(b"?")
+    path = prefix + path if path[:1] == b"/" else prefix + b"/" + path
+    if base_query:
+        query = base_query + b"&" + query if query else base_query
+        has_query = b"?"
+    return path + has_query + query
 
 
 def request_headers(
@@ -87,9 +100,9 @@ def request_headers(
     dropped = _connection_tokens(headers)
     out: list[Header] = [
         (b":method", method),
-        (b":scheme", upstream.scheme.encode()),
-        (b":authority", upstream.authority.encode()),
-        (b":path", request_path(target)),
+        (b":scheme", upstream.scheme_bytes),
+        (b":authority", upstream.authority_bytes),
+        (b":path", request_path(target, upstream.path_prefix, upstream.query_bytes)),
     ]
     for name, value in headers:
         if name == b"te":

@@ -20,6 +20,10 @@ import sys
 
 from .config import Config
 
+#: The logger for start and stop lines (listening, draining, the summary): they are
+#: written at every -log-level, so that any log shows the proxy ran and how it ended.
+LIFECYCLE = "h2ping.lifecycle"
+
 # Ids start at 1; "conn=0" is how a request that reached no connection is logged.
 _CONN = re.compile(r"\bconn=([1-9][0-9]*)\b")
 _STREAM = re.compile(r"\bstream=([1-9][0-9]*)\b")
@@ -76,3 +80,4 @@ def setup_logging(config: Config) -> None:
     root.handlers[:] = [handler]
     root.setLevel(config.log_level.upper())
     root.propagate = False
+    logging.getLogger(LIFECYCLE).setLevel(logging.INFO)

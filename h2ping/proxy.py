@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 from typing import Any
 
 from .admin import AdminServer
-from .config import Config, parse_listen, parse_upstream
+from .config import Config, HostPort, parse_listen, parse_upstream
 from .errors import UpstreamError
 from .exchange import Exchange, ExchangeContext
 from .http1 import Request, ResponseWriter
@@ -27,6 +28,42 @@ from .stats import Stats
 from .upstream import ConnState
 
 log = logging.getLogger("h2ping")
+
+
+#: Pending client connections the kernel queues for us.
+LISTEN_BACKLOG = 4096
+
+
+class BindError(OSError):
+    """The listen address could not be bound; ``address`` says which one it was."""
+
+    def __init__(self, address: HostPort, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.address = address
+
+
+def bind_listener(listen: HostPort) -> socket.socket:
+    """One listening TCP socket, as Go's ``net.Listen`` makes it: a host name binds
+    one of its addresses (IPv4 first), no ``SO_REUSEPORT``, so a second process can
+    never share the port. Raises :class:`BindError`."""
+    try:
+        infos = socket.getaddrinfo(
+            listen.host, listen.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        family, kind, proto, _, address = min(infos, key=lambda i: i[0] != socket.AF_INET)
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise BindError(listen, exc) from None
+    try:
+        # Only skips TIME_WAIT on restart: with a listener on the port, bind still fails.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise BindError(listen, exc) from None
+    return sock
 
 
 def make_ssl_context(config: Config) -> ssl.SSLContext:
@@ -72,6 +109,7 @@ class Proxy:
         self.admin: AdminServer | None = None  # with config.admin_listen, once started
         self.lag: LagMonitor | None = None  # with config.loop_lag_interval, once started
         self.port = 0
+        self._address: tuple[Any, ...] = ()
 
     @property
     def url(self) -> str:
@@ -100,15 +138,14 @@ class Proxy:
 
     @property
     def listen_address(self) -> str:
-        return f"{self.config.listen.host}:{self.port}"
+        """The bound address, IPv6 in brackets: ``127.0.0.1:1250``, ``[::1]:1250``."""
+        host = self._address[0] if self._address else self.config.listen.host
+        return str(HostPort(host, self.port))
 
-    async def start(self) -> None:
-        """Bind the listening socket (raises ``OSError`` if the port is taken).
-
-        Each in-flight request holds a client socket: a program expecting thousands
-        should raise its open-file limit first (see :func:`h2ping.sockets.raise_nofile_limit`;
-        the command does).
-        """
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Bind the listening socket, or serve on ``sock``, one already listening (the
+        workers of one process share it). Raises :class:`BindError`, and ``OSError``
+        for what else cannot start (the admin address, the CA file)."""
         config = self.config
         context = self._ssl_context
         if context is None and config.upstream.tls:
@@ -122,17 +159,21 @@ class Proxy:
             stats=self.stats,
             live=self.exchanges,
         )
+        if sock is None:
+            sock = bind_listener(config.listen)
         loop = asyncio.get_running_loop()
         limits = ListenerLimits(config.header_timeout, config.client_idle_timeout)
-        self._server = await loop.create_server(
-            lambda: ClientConnection(self._new_exchange, self.clients, self.stats, limits),
-            config.listen.host,
-            config.listen.port,
-            reuse_address=True,
-            reuse_port=config.workers > 1,
-            backlog=4096,
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        try:
+            self._server = await loop.create_server(
+                lambda: ClientConnection(self._new_exchange, self.clients, self.stats, limits),
+                sock=sock,
+                backlog=LISTEN_BACKLOG,
+            )
+        except BaseException:
+            sock.close()
+            raise
+        self._address = sock.getsockname()
+        self.port = self._address[1]
         if config.loop_lag_interval > 0:
             self.lag = LagMonitor(config.loop_lag_interval)
             self.lag.start()

@@ -1,9 +1,12 @@
-"""``--workers N``: N processes share the listening port (``SO_REUSEPORT``).
+"""``--workers N``: N processes serving one listening socket.
 
-Python runs one core's worth of work per process; the kernel spreads incoming
-client connections over the workers, each with its own event loop and upstream
-pool. The parent only forks, forwards SIGINT/SIGTERM and reaps: if a worker fails
-(the port is taken, say) it stops the others and exits with that worker's code.
+Python runs one core's worth of work per process. The parent binds the socket
+(so a second instance on the port fails to bind, as it must) and forks the
+workers, which inherit it; the kernel hands each accepted client connection to
+one of them, and each has its own event loop and upstream pool. Each worker
+reports over its own pipe once it serves; when all have, the parent calls
+``on_ready`` (the ready file). The parent only forwards SIGINT/SIGTERM and reaps:
+if a worker fails it stops the others and exits with that worker's code.
 """
 
 from __future__ import annotations
@@ -12,53 +15,106 @@ import contextlib
 import ctypes
 import logging
 import os
+import select
 import signal
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterable
 
 from .config import Config
 
 log = logging.getLogger("h2ping")
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_STARTED = b"s"
 
-def run_workers(config: Config, run_one: Callable[[Config], int]) -> int:
-    """Fork ``config.workers`` processes, each calling ``run_one`` with its config."""
-    children: list[int] = []
-    for index in range(1, config.workers + 1):
-        worker_config = config.replace(
-            name=f"{config.instance_name}/{index}",
-            # One metrics endpoint: a scrape hitting a random worker would mislead.
-            admin_listen=config.admin_listen if index == 1 else None,
-        )
-        pid = os.fork()
-        if pid == 0:  # the worker
-            code = 1
-            try:
-                _detach_from_parent_group()
-                code = run_one(worker_config)
-            finally:
-                logging.shutdown()
-                os._exit(code)
-        children.append(pid)
+RunOne = Callable[[Config, socket.socket, Callable[[], None]], int]
 
-    def forward(signum: int, _frame: object) -> None:
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, forward)
+def run_workers(
+    config: Config, sock: socket.socket, run_one: RunOne, on_ready: Callable[[], bool]
+) -> int:
+    """Fork ``config.workers`` processes, each calling ``run_one(config, sock, started)``
+    with its own config; ``started`` is for the worker to call once it serves.
+    ``on_ready`` runs in the parent once every worker has; False stops them all."""
+    pipes: dict[int, int] = {}  # read end -> worker pid; EOF on it means the worker ended
+    # Blocked until the workers and our handler are in place: a signal in between
+    # would otherwise reach a worker with the parent's handler, or kill the parent.
+    # Each worker unblocks them once its own handlers are installed.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        for index in range(1, config.workers + 1):
+            worker_config = config.replace(
+                name=f"{config.instance_name}/{index}",
+                # One metrics endpoint: a scrape hitting a random worker would mislead.
+                admin_listen=config.admin_listen if index == 1 else None,
+            )
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the worker; it keeps write_end open until it exits
+                _worker(worker_config, sock, run_one, write_end, [read_end, *pipes])
+            os.close(write_end)
+            pipes[read_end] = pid
+        # The workers hold the socket now. Ours would keep the port accepting
+        # connections that nobody serves once they have stopped.
+        sock.close()
+        stopping = False
+
+        def forward(signum: int, _frame: object) -> None:
+            nonlocal stopping
+            stopping = True
+            _signal_all(pipes.values(), signum)
+
+        for signum in _STOP_SIGNALS:
+            signal.signal(signum, forward)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+
     worst = 0
-    running = set(children)
-    while running:
-        pid, status = os.wait()
-        running.discard(pid)
-        code = os.waitstatus_to_exitcode(status)
-        if code != 0 and worst == 0:
-            worst = code if code > 0 else 1
-            log.error("a worker exited with %d: stopping the others", code)
-            for other in running:
-                os.kill(other, signal.SIGTERM)
+    started = 0
+    open_pipes = set(pipes)
+    while open_pipes:
+        readable, _, _ = select.select(list(open_pipes), [], [])
+        for fd in readable:
+            if os.read(fd, 16):
+                started += 1
+                if started == config.workers and not stopping and worst == 0 and not on_ready():
+                    worst = 1
+                    _signal_all(pipes.values(), signal.SIGTERM)
+                continue
+            open_pipes.discard(fd)
+            os.close(fd)
+            _, status = os.waitpid(pipes[fd], 0)
+            code = os.waitstatus_to_exitcode(status)
+            if code != 0 and worst == 0:
+                worst = code if code > 0 else 1
+                log.error("a worker exited with %d: stopping the others", code)
+                _signal_all((pipes[other] for other in open_pipes), signal.SIGTERM)
     return worst
+
+
+def _worker(
+    config: Config, sock: socket.socket, run_one: RunOne, write_end: int, inherited: list[int]
+) -> None:
+    """The forked worker's whole life; never returns."""
+    code = 1
+    try:
+        for fd in inherited:  # the parent's read ends: not ours to hold
+            os.close(fd)
+        _detach_from_parent_group()
+
+        def started() -> None:
+            os.write(write_end, _STARTED)
+
+        code = run_one(config, sock, started)
+    finally:
+        logging.shutdown()
+        os._exit(code)
+
+
+def _signal_all(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
 
 
 def _detach_from_parent_group() -> None:

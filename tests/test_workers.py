@@ -1,4 +1,4 @@
-"""--workers N: processes sharing one port, each with its own upstream pool."""
+"""--workers N: processes serving one listening socket, each with its own upstream pool."""
 
 from __future__ import annotations
 
@@ -7,12 +7,23 @@ import os
 import signal
 import socket
 import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import aiohttp
+import pytest
 
+from h2ping.config import Config, parse_listen, parse_upstream
+from h2ping.proxy import bind_listener
 from h2ping.testing import ScriptedUpstream
+from h2ping.workers import run_workers
 
-from .conftest import free_port, wait_for_port
+from .conftest import assert_not_accepting, free_port, wait_for_port
+from .launcher import H2PING_SIDECAR, StartFailed, launch
+
+# The loop here only runs the test's clients; the process under test picks its own.
+ONE_LOOP = pytest.mark.asyncio(loop_factories=["uvloop"])
 
 
 async def start_workers(
@@ -25,6 +36,7 @@ async def start_workers(
     )  # fmt: skip
 
 
+@ONE_LOOP
 async def test_two_workers_share_the_port_and_drain_on_sigterm() -> None:
     async with ScriptedUpstream() as up:
         port = free_port()
@@ -55,6 +67,7 @@ async def test_two_workers_share_the_port_and_drain_on_sigterm() -> None:
                 await proc.wait()
 
 
+@ONE_LOOP
 async def test_workers_exit_1_when_the_port_is_taken() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -63,18 +76,115 @@ async def test_workers_exit_1_when_the_port_is_taken() -> None:
         proc = await start_workers(port, "https://127.0.0.1:1", 3)
         _, stderr = await asyncio.wait_for(proc.communicate(), 10)
     assert proc.returncode == 1
-    assert b"address already in use" in stderr
+    [line] = stderr.decode().splitlines()  # the parent's: no worker was started
+    assert line.endswith(f"cannot bind 127.0.0.1:{port}: address already in use"), line
 
 
-def test_workers_need_a_fixed_port() -> None:
-    import pytest
-
-    from h2ping.config import Config, ConfigError, parse_listen, parse_upstream
-
-    with pytest.raises(ConfigError, match="fixed listen port"):
-        Config(upstream=parse_upstream("https://h"), listen=parse_listen("127.0.0.1:0"), workers=2)
+def worker_flags(port: int, upstream: str, ready: Path, workers: int = 2) -> list[str]:
+    return [
+        "-listen", f"127.0.0.1:{port}", "-upstream", upstream,
+        "-workers", str(workers), "-ready-file", str(ready),
+    ]  # fmt: skip
 
 
+@ONE_LOOP
+async def test_a_second_instance_cannot_join_the_port(tmp_path: Path) -> None:
+    """Only the workers of one instance share a socket: a second ``-workers 2`` on
+    the same port fails to bind instead of taking half the connections."""
+    async with ScriptedUpstream() as first_up, ScriptedUpstream() as second_up:
+        port = free_port()
+        first = await launch(
+            [H2PING_SIDECAR, *worker_flags(port, first_up.url, tmp_path / "1.ready")],
+            log=tmp_path / "1.log", ready_file=tmp_path / "1.ready",
+        )  # fmt: skip
+        try:
+            with pytest.raises(StartFailed) as failed:
+                await launch(
+                    [H2PING_SIDECAR, *worker_flags(port, second_up.url, tmp_path / "2.ready")],
+                    log=tmp_path / "2.log", ready_file=tmp_path / "2.ready",
+                )  # fmt: skip
+            assert failed.value.code == 1
+            assert f"cannot bind 127.0.0.1:{port}: address already in use" in failed.value.tail
+            assert not (tmp_path / "2.ready").exists()
+            for _ in range(20):  # separate connections, spread over the first's workers
+                async with aiohttp.ClientSession() as session:
+                    async with session.post(f"http://127.0.0.1:{port}/w", data=b"x") as resp:
+                        assert resp.status == 200
+            assert not second_up.connections
+            assert await first.terminate() == 0
+        finally:
+            first.kill()
+
+
+@ONE_LOOP
+async def test_the_ready_file_waits_for_every_worker(tmp_path: Path) -> None:
+    ready = tmp_path / "w.ready"
+    async with ScriptedUpstream() as up:
+        # Port 0 works too: the parent binds it once, the workers share what it got.
+        launched = await launch(
+            [H2PING_SIDECAR, *worker_flags(0, up.url, ready, workers=3)],
+            log=tmp_path / "w.log", ready_file=ready,
+        )  # fmt: skip
+        try:
+            assert ready.read_text() == f"{launched.pid}\n"  # the process that was started
+            lines = [ln for ln in launched.log_text().splitlines() if "listening on" in ln]
+            assert sorted(ln.split(" h2ping ")[1].split(":")[0] for ln in lines) == [
+                "127.0.0.1/1", "127.0.0.1/2", "127.0.0.1/3",
+            ]  # fmt: skip
+            ports = {ln.split("listening on 127.0.0.1:")[1].split(" ")[0] for ln in lines}
+            [port] = ports
+            await wait_for_port(int(port))
+            assert await launched.terminate() == 0
+            assert not ready.exists()
+        finally:
+            launched.kill()
+
+
+@ONE_LOOP
+async def test_workers_ready_file_removed_on_a_second_signal(tmp_path: Path) -> None:
+    arrived = asyncio.Event()
+
+    async def hang(request: object) -> None:
+        arrived.set()
+        await asyncio.sleep(30)
+
+    ready = tmp_path / "w.ready"
+    port = free_port()
+    async with ScriptedUpstream(hang) as up, aiohttp.ClientSession() as session:
+        launched = await launch(
+            [H2PING_SIDECAR, *worker_flags(port, up.url, ready)],
+            log=tmp_path / "w.log", ready_file=ready,
+        )  # fmt: skip
+        try:
+            request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/hang"))
+            await asyncio.wait_for(arrived.wait(), 10)
+            launched.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)  # the worker with the request drains (60 s grace)
+            assert launched.proc.poll() is None
+            launched.proc.send_signal(signal.SIGTERM)
+            assert await launched.wait(10) == 1
+            assert not ready.exists()
+            request.cancel()
+        finally:
+            launched.kill()
+
+
+@ONE_LOOP
+async def test_workers_stop_when_the_ready_file_cannot_be_written(tmp_path: Path) -> None:
+    ready = tmp_path / "missing-dir" / "w.ready"
+    port = free_port()
+    async with ScriptedUpstream() as up:
+        with pytest.raises(StartFailed) as failed:
+            await launch(
+                [H2PING_SIDECAR, *worker_flags(port, up.url, ready)],
+                log=tmp_path / "w.log", ready_file=ready,
+            )  # fmt: skip
+    assert failed.value.code == 1
+    assert f"cannot write -ready-file {ready}: no such file or directory" in failed.value.tail
+    await assert_not_accepting(port, "the workers after the failed start")
+
+
+@ONE_LOOP
 async def test_ctrl_c_to_the_process_group_drains_once() -> None:
     """A terminal's Ctrl-C goes to the whole foreground process group: every
     worker must still drain and exit 0, not take it as a second signal."""
@@ -97,6 +207,7 @@ async def test_ctrl_c_to_the_process_group_drains_once() -> None:
                 await proc.wait()
 
 
+@ONE_LOOP
 async def test_workers_die_with_their_parent() -> None:
     async with ScriptedUpstream() as up:
         port = free_port()
@@ -114,3 +225,55 @@ async def test_workers_die_with_their_parent() -> None:
                 return  # no worker left listening
             writer.close()
         raise AssertionError("workers kept running after their parent was killed")
+
+
+# --- run_workers itself, with stand-in workers forked from the test process -----------
+
+
+@pytest.fixture
+def parent_signals() -> Iterator[None]:
+    """run_workers installs the parent's signal forwarding: put the handlers back."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def stand_in(
+    tmp_path: Path, code: int = 0
+) -> Callable[[Config, socket.socket, Callable[[], None]], int]:
+    """A worker that takes longer to start the higher its index, and says when it has."""
+
+    def run_one(config: Config, sock: socket.socket, started: Callable[[], None]) -> int:
+        index = int(config.name.rsplit("/", 1)[1])
+        time.sleep(0.2 * index)
+        (tmp_path / f"started-{index}").touch()
+        started()
+        time.sleep(0.3)
+        return code if index == 2 else 0
+
+    return run_one
+
+
+def three_workers() -> tuple[Config, socket.socket]:
+    config = Config(upstream=parse_upstream("https://h"), listen=parse_listen("127.0.0.1:0"))
+    return config.replace(workers=3), bind_listener(config.listen)
+
+
+def test_ready_only_once_every_worker_has_started(tmp_path: Path, parent_signals: None) -> None:
+    seen: list[list[str]] = []
+
+    def on_ready() -> bool:
+        seen.append(sorted(path.name for path in tmp_path.glob("started-*")))
+        return True
+
+    config, sock = three_workers()
+    assert run_workers(config, sock, stand_in(tmp_path), on_ready) == 0
+    assert seen == [["started-1", "started-2", "started-3"]]
+
+
+def test_a_failed_on_ready_or_worker_is_the_exit_code(tmp_path: Path, parent_signals: None) -> None:
+    config, sock = three_workers()
+    assert run_workers(config, sock, stand_in(tmp_path), lambda: False) == 1
+    config, sock = three_workers()
+    assert run_workers(config, sock, stand_in(tmp_path, code=3), lambda: True) == 3
