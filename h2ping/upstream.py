@@ -33,8 +33,9 @@ from h2.errors import ErrorCodes
 
 from . import errors
 from .config import Config
-from .errors import UpstreamError
+from .errors import UpstreamError, describe_h2_error
 from .frames import FloodError, FrameSizeError, FrameSplitter
+from .h2conn import H2Connection, StreamFault
 from .headers import Header
 from .liveness import Liveness
 from .logs import plural
@@ -228,7 +229,7 @@ class UpstreamConnection(asyncio.Protocol):
             validate_inbound_headers=False,
             normalize_inbound_headers=False,
         )
-        self._h2 = h2.connection.H2Connection(config=h2_config)
+        self._h2 = H2Connection(h2_config, config.max_response_header_bytes)
 
     # ----------------------------------------------------------------- capacity
     #
@@ -311,13 +312,17 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
-        self._h2.initiate_connection()
-        self._h2.update_settings(
-            {
+        # Our settings go in the preface's one SETTINGS frame, never h2's defaults
+        # first: a server must not see a smaller header list limit than we enforce.
+        self._h2.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
                 h2.settings.SettingCodes.ENABLE_PUSH: 0,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-            }
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self._h2.header_list_limit,
+            },
         )
+        self._h2.initiate_connection()
         self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self._flush()
 
@@ -393,6 +398,8 @@ class UpstreamConnection(asyncio.Protocol):
             self._on_settings(event)
         elif isinstance(event, h2.events.PingAckReceived):
             self._liveness.on_ack(event.ping_data)
+        elif isinstance(event, StreamFault):
+            self._on_fault(event)
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
         stream = self.streams.get(event.stream_id)
@@ -428,6 +435,14 @@ class UpstreamConnection(asyncio.Protocol):
         else:
             err = UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"stream reset by upstream ({name})")
         stream.sink.on_error(err)
+
+    def _on_fault(self, event: StreamFault) -> None:
+        """The stream's response was bad; h2 has reset it. Its neighbours go on."""
+        stream = self.streams.get(event.stream_id)
+        if stream is None:
+            return
+        self._forget(stream)
+        stream.sink.on_error(UpstreamError(event.error, event.detail))
 
     def _on_settings(self, event: h2.events.RemoteSettingsChanged) -> None:
         self.max_streams = min(self._h2.remote_settings.max_concurrent_streams, 2**31)
@@ -694,26 +709,6 @@ class UpstreamConnection(asyncio.Protocol):
 
     def __repr__(self) -> str:
         return f"<conn {self.id} {self.state.value} streams={len(self.streams)}>"
-
-
-#: What to say about an h2 error. Its own message can quote header values (a
-#: Set-Cookie, say): never pass that on to logs or clients.
-_H2_ERROR_TEXT: dict[type[Exception], str] = {
-    h2.exceptions.InvalidBodyLengthError: "response body does not match its content-length",
-    h2.exceptions.FlowControlError: "flow-control window exceeded",
-    h2.exceptions.FrameTooLargeError: "frame larger than the advertised maximum",
-    h2.exceptions.FrameDataMissingError: "frame shorter than its fixed fields",
-    h2.exceptions.DenialOfServiceError: "header list larger than SETTINGS_MAX_HEADER_LIST_SIZE",
-    h2.exceptions.InvalidSettingsValueError: "invalid SETTINGS value",
-    h2.exceptions.StreamIDTooLowError: "stream id lower than one already used",
-}
-
-
-def describe_h2_error(exc: Exception) -> str:
-    for kind in type(exc).__mro__:
-        if kind in _H2_ERROR_TEXT:
-            return f"{_H2_ERROR_TEXT[kind]} ({type(exc).__name__})"
-    return f"malformed frame or header block ({type(exc).__name__})"
 
 
 def _ssl_error(exc: ssl.SSLError) -> UpstreamError:
