@@ -55,6 +55,10 @@ SEND_HIGH_WATER = 256 * 1024
 SEND_LOW_WATER = 64 * 1024
 #: At most this much request body becomes DATA frames per callback.
 PUMP_BATCH = 256 * 1024
+#: At most about this much of what the upstream sent is handled per loop turn
+#: (its DATA delivered to clients included), so that one response moving at
+#: full speed leaves the event loop to the others.
+INBOUND_BATCH = 64 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
 
@@ -203,6 +207,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._blocked: set[UpstreamStream] = set()  # streams whose body waits to be sent
         self._write_paused = False
         self._pumps_scheduled = False
+        self._inbound_turn: asyncio.Handle | None = None  # the next batch of inbound frames
+        self._read_paused = False  # while inbound frames wait for their turn
         self._stats = stats
         self._frames = FrameSplitter()
         self._liveness = Liveness(
@@ -330,8 +336,50 @@ class UpstreamConnection(asyncio.Protocol):
         # Any inbound byte proves the peer alive, even while a PING ACK is still
         # queued behind megabytes of DATA.
         self._liveness.saw_bytes()
+        if self.state is ConnState.CLOSED:
+            return
+        self._frames.feed(data)
+        if self._inbound_turn is None:  # else the next turn takes these bytes too
+            self._take_turn()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # What arrived before the end is handled first: a response complete
+        # before the close is a response.
+        if self._inbound_turn is not None:
+            self._inbound_turn.cancel()
+            self._inbound_turn = None
+        while self.state is not ConnState.CLOSED and self._frames.ready:
+            self._take_batch()
+        if self.state is ConnState.CLOSED:
+            return
+        reason = f"connection lost: {exc}" if exc else "connection closed by upstream"
+        self._fail_ready(
+            UpstreamError(errors.CONNECTION_TERMINATED, f"{reason} before HTTP/2 SETTINGS")
+        )
+        self._end(reason, UpstreamError(errors.CONNECTION_TERMINATED, reason))
+
+    def _take_turn(self) -> None:
+        """Handle one batch of inbound frames; leave the rest for the next loop
+        turn, not reading meanwhile, so one fast connection cannot hold the loop
+        and the backlog stays one read's worth."""
+        self._inbound_turn = None
+        self._take_batch()
+        if self.state is ConnState.CLOSED:
+            return
+        transport = self._transport
+        if self._frames.ready:
+            self._inbound_turn = self._loop.call_soon(self._take_turn)
+            if not self._read_paused and transport is not None and not transport.is_closing():
+                self._read_paused = True
+                transport.pause_reading()
+        elif self._read_paused:
+            self._read_paused = False
+            if transport is not None and not transport.is_closing():
+                transport.resume_reading()
+
+    def _take_batch(self) -> None:
         try:
-            for is_goaway, piece in self._frames.split(data):
+            for is_goaway, piece in self._frames.take(INBOUND_BATCH):
                 if is_goaway:
                     self._on_goaway(piece)
                 else:
@@ -350,15 +398,6 @@ class UpstreamConnection(asyncio.Protocol):
             self._protocol_error(describe_h2_error(exc))
             return
         self._flush()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.state is ConnState.CLOSED:
-            return
-        reason = f"connection lost: {exc}" if exc else "connection closed by upstream"
-        self._fail_ready(
-            UpstreamError(errors.CONNECTION_TERMINATED, f"{reason} before HTTP/2 SETTINGS")
-        )
-        self._end(reason, UpstreamError(errors.CONNECTION_TERMINATED, reason))
 
     # ----------------------------------------------------------------- inbound
 
@@ -697,6 +736,9 @@ class UpstreamConnection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._age_timer = self._idle_timer = None
+        if self._inbound_turn is not None:
+            self._inbound_turn.cancel()
+            self._inbound_turn = None
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()

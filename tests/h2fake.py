@@ -48,6 +48,17 @@ class FakeTransport:
         self._read = 0
         self.closed = False
         self.aborted = False
+        self.reading = True
+        self.pauses = 0  # pause_reading calls
+
+    def pause_reading(self) -> None:
+        assert self.reading, "paused twice"
+        self.reading = False
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        assert not self.reading, "resumed while reading"
+        self.reading = True
 
     def write(self, data: bytes) -> None:
         assert not self.is_closing(), "write after close"

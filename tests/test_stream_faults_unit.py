@@ -28,6 +28,7 @@ async def test_an_oversized_block_is_decoded_so_the_next_one_still_decodes() -> 
     shared = ("x-shared", "from the big block")
     h.feed(h.server.headers(big.stream_id, 200, [*fields(2 * LIMIT), shared], end_stream=True))
     h.feed(h.server.headers(small.stream_id, 200, [shared], end_stream=True))
+    await h.settle()
 
     assert big_sink.error is not None
     assert big_sink.error.error == errors.HTTP_RESPONSE_HEADER_SECTION_SIZE
@@ -59,6 +60,7 @@ async def test_oversized_trailers_fail_the_stream_as_trailers() -> None:
     h.feed(h.server.headers(stream.stream_id, 200))
     h.feed(h.server.data(stream.stream_id, b"body"))
     h.feed(h.server.headers(stream.stream_id, None, fields(2 * LIMIT), end_stream=True))
+    await h.settle()
     assert sink.error is not None
     assert sink.error.error == errors.HTTP_RESPONSE_TRAILER_SECTION_SIZE
     assert (sink.status, bytes(sink.data), sink.ended) == (200, b"body", False)
@@ -71,6 +73,7 @@ async def test_a_block_past_the_decoding_ceiling_ends_the_connection() -> None:
     # Indexed references to one 4 KB field: far past the limit plus the headroom.
     bomb = [("x-bomb", "b" * 4000)] * ((LIMIT + DECODE_HEADROOM) // 4000 + 10)
     h.feed(h.server.headers(stream.stream_id, 200, bomb, end_stream=True))
+    await h.settle()
     assert h.conn.state is ConnState.CLOSED
     assert sink.error is not None and "too large to decode" in sink.error.detail
 

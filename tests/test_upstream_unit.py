@@ -55,6 +55,12 @@ class Harness:
         for chunk in chunks:
             self.conn.data_received(chunk)
 
+    async def settle(self) -> None:
+        """Let the loop turn until the connection has taken in all it was fed
+        (more than a batch takes several turns, with reading paused meanwhile)."""
+        while not self.transport.reading and self.conn.state is not ConnState.CLOSED:
+            await asyncio.sleep(0)
+
     def slot(self) -> StreamSlot:
         slot = self.conn.try_reserve()
         assert slot is not None
