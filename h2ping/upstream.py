@@ -1,9 +1,10 @@
-"""One HTTP/2 connection to the upstream: TLS/ALPN, the h2 state machine, flow control.
+"""One HTTP/2 connection to the upstream: the h2 state machine, flow control, stream slots.
 
 The connection is an ``asyncio.Protocol`` that reads all the time (push): every byte
 goes through ``data_received`` to h2 and its events go straight to the stream they
 belong to. Nothing here knows about HTTP/1.1; a stream reports to a
-:class:`StreamSink`, which the exchange implements.
+:class:`StreamSink`, which the exchange implements. Dialling (TCP, TLS, ALPN) is
+:mod:`h2ping.dial`.
 
 GOAWAY frames are split off the byte stream and handled here instead of by h2,
 because h2 closes its whole state machine on any received GOAWAY, which would fail
@@ -18,8 +19,6 @@ import contextlib
 import enum
 import logging
 import random
-import socket
-import ssl
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -39,7 +38,6 @@ from .h2conn import H2Connection, StreamFault
 from .headers import Header
 from .liveness import Liveness
 from .logs import plural
-from .sockets import set_tcp_keepalive
 from .stats import Stats
 
 log = logging.getLogger("h2ping.upstream")
@@ -751,63 +749,3 @@ class UpstreamConnection(asyncio.Protocol):
 
     def __repr__(self) -> str:
         return f"<conn {self.id} {self.state.value} streams={len(self.streams)}>"
-
-
-def _ssl_error(exc: ssl.SSLError) -> UpstreamError:
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return UpstreamError(errors.TLS_CERTIFICATE_ERROR, exc.verify_message or str(exc))
-    return UpstreamError(errors.TLS_PROTOCOL_ERROR, exc.reason or str(exc))
-
-
-async def connect(
-    config: Config,
-    ssl_context: ssl.SSLContext | None,
-    conn_id: int,
-    on_change: Callable[[UpstreamConnection], None],
-    stats: Stats,
-    on_age: Callable[[UpstreamConnection], None] | None = None,
-) -> UpstreamConnection:
-    """Open a connection and wait for the peer's SETTINGS (so we know its stream limit)."""
-    loop = asyncio.get_running_loop()
-    upstream = config.upstream
-    timeout = config.connect_timeout
-    target = f"{upstream.host}:{upstream.port}"
-    protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age)
-    try:
-        async with asyncio.timeout(timeout):
-            transport, _ = await loop.create_connection(
-                lambda: protocol,
-                upstream.host,
-                upstream.port,
-                ssl=ssl_context if upstream.tls else None,
-                server_hostname=upstream.host if upstream.tls else None,
-            )
-            if upstream.tls:
-                ssl_object = transport.get_extra_info("ssl_object")
-                alpn = ssl_object.selected_alpn_protocol() if ssl_object else None
-                if alpn != "h2":
-                    transport.abort()
-                    raise UpstreamError(
-                        errors.TLS_PROTOCOL_ERROR,
-                        f"{target} did not negotiate HTTP/2 with ALPN (got {alpn or 'none'})",
-                    )
-            set_tcp_keepalive(transport.get_extra_info("socket"))
-            await protocol.wait_ready()
-    except TimeoutError:
-        protocol._end(
-            "connect timeout", UpstreamError(errors.CONNECTION_TIMEOUT, "connect timeout")
-        )
-        raise UpstreamError(
-            errors.CONNECTION_TIMEOUT, f"{target} did not complete HTTP/2 setup in {timeout:g}s"
-        ) from None
-    except ssl.SSLError as exc:
-        raise _ssl_error(exc) from None
-    except socket.gaierror as exc:
-        raise UpstreamError(errors.DNS_ERROR, f"{upstream.host}: {exc.strerror}") from None
-    except ConnectionRefusedError:
-        raise UpstreamError(errors.CONNECTION_REFUSED, f"{target} refused the connection") from None
-    except OSError as exc:
-        raise UpstreamError(
-            errors.DESTINATION_UNAVAILABLE, f"{target}: {exc.strerror or exc}"
-        ) from None
-    return protocol
