@@ -361,11 +361,13 @@ class UpstreamConnection(asyncio.Protocol):
         turn, not reading meanwhile, so one fast connection cannot hold the loop
         and the backlog stays one read's worth."""
         self._inbound_turn = None
-        self._take_batch()
+        taken = self._take_batch()
         if self.state is ConnState.CLOSED:
             return
         transport = self._transport
-        if self._frames.ready:
+        # A full batch pauses reading too, even with nothing left: else the loop
+        # hands over the next read in this same iteration (uvloop does).
+        if self._frames.ready or taken >= INBOUND_BATCH:
             self._inbound_turn = self._loop.call_soon(self._take_turn)
             if not self._read_paused and transport is not None and not transport.is_closing():
                 self._read_paused = True
@@ -375,27 +377,31 @@ class UpstreamConnection(asyncio.Protocol):
             if transport is not None and not transport.is_closing():
                 transport.resume_reading()
 
-    def _take_batch(self) -> None:
+    def _take_batch(self) -> int:
+        """Handle one batch; return its size in bytes."""
+        backlog = self._frames.backlog
         try:
-            for is_goaway, piece in self._frames.take(INBOUND_BATCH):
+            pieces = self._frames.take(INBOUND_BATCH)
+            for is_goaway, piece in pieces:
                 if is_goaway:
                     self._on_goaway(piece)
                 else:
                     self._receive(piece)
                 if self.state is ConnState.CLOSED:
-                    return
+                    return 0
         except FloodError as exc:
             self._protocol_error(str(exc), ErrorCodes.ENHANCE_YOUR_CALM)
-            return
+            return 0
         except FrameSizeError as exc:
             self._protocol_error(
                 f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
             )
-            return
+            return 0
         except Exception as exc:  # anything h2 raises on the peer's bytes ends this connection
             self._protocol_error(describe_h2_error(exc))
-            return
+            return 0
         self._flush()
+        return backlog - self._frames.backlog
 
     # ----------------------------------------------------------------- inbound
 

@@ -132,3 +132,17 @@ async def test_a_small_request_completes_while_a_large_download_runs(
         # The small response came while most of the download was still to come.
         assert received_when_small_done < total // 2
         assert len(up.connections) == 1  # both on one connection
+
+
+async def test_a_full_batch_pauses_reading_for_a_turn_even_with_nothing_left() -> None:
+    """Else the loop hands over the next read in the same iteration (uvloop
+    reads a socket up to 32 times per iteration), and the bound is per read only."""
+    h = Harness(window=2**31 - 1)
+    stream, sink = h.open()
+    h.feed(h.server.headers(stream.stream_id, 200))
+    frame = h.server.data(stream.stream_id, b"x" * (MAX_FRAME_SIZE - 9))  # 16 KiB with its header
+    h.feed(frame * (INBOUND_BATCH // len(frame)))  # exactly one batch
+    assert len(sink.data) == INBOUND_BATCH // len(frame) * (MAX_FRAME_SIZE - 9)
+    assert not h.transport.reading
+    await asyncio.sleep(0)
+    assert h.transport.reading
