@@ -207,6 +207,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._pumps_scheduled = False
         self._inbound_turn: asyncio.Handle | None = None  # the next batch of inbound frames
         self._read_paused = False  # while inbound frames wait for their turn
+        self._turn_taken = 0  # inbound bytes handled in this loop iteration
+        self._turn_end: asyncio.Handle | None = None  # resets _turn_taken
         self._stats = stats
         self._frames = FrameSplitter()
         self._liveness = Liveness(
@@ -357,31 +359,48 @@ class UpstreamConnection(asyncio.Protocol):
         self._end(reason, UpstreamError(errors.CONNECTION_TERMINATED, reason))
 
     def _take_turn(self) -> None:
-        """Handle one batch of inbound frames; leave the rest for the next loop
-        turn, not reading meanwhile, so one fast connection cannot hold the loop
-        and the backlog stays one read's worth."""
-        self._inbound_turn = None
-        taken = self._take_batch()
+        """Handle what arrived, up to this loop turn's share (INBOUND_BATCH, over
+        all the reads the loop hands over in one iteration); leave the rest for
+        the next turn, not reading meanwhile, so that one fast connection cannot
+        hold the loop and the backlog stays one read's worth."""
+        taken = self._take_batch(INBOUND_BATCH - self._turn_taken)
         if self.state is ConnState.CLOSED:
             return
+        self._turn_taken += taken
         transport = self._transport
-        # A full batch pauses reading too, even with nothing left: else the loop
-        # hands over the next read in this same iteration (uvloop does).
-        if self._frames.ready or taken >= INBOUND_BATCH:
-            self._inbound_turn = self._loop.call_soon(self._take_turn)
+        if self._frames.ready or self._turn_taken >= INBOUND_BATCH:
+            # Paused even with nothing left: else the loop would hand over the
+            # next read in this same iteration (uvloop reads up to 32 times).
+            if self._turn_end is not None:
+                self._turn_end.cancel()
+                self._turn_end = None
+            self._inbound_turn = self._loop.call_soon(self._next_turn)
             if not self._read_paused and transport is not None and not transport.is_closing():
                 self._read_paused = True
                 transport.pause_reading()
-        elif self._read_paused:
+            return
+        if self._read_paused:
             self._read_paused = False
             if transport is not None and not transport.is_closing():
                 transport.resume_reading()
+        if self._turn_taken and self._turn_end is None:
+            self._turn_end = self._loop.call_soon(self._end_turn)
 
-    def _take_batch(self) -> int:
-        """Handle one batch; return its size in bytes."""
+    def _next_turn(self) -> None:
+        self._inbound_turn = None
+        self._turn_taken = 0
+        self._take_turn()
+
+    def _end_turn(self) -> None:
+        """Reads in the next loop iteration get a share of their own."""
+        self._turn_end = None
+        self._turn_taken = 0
+
+    def _take_batch(self, budget: int = INBOUND_BATCH) -> int:
+        """Handle about ``budget`` bytes of frames; return how many."""
         backlog = self._frames.backlog
         try:
-            pieces = self._frames.take(INBOUND_BATCH)
+            pieces = self._frames.take(budget)
             for is_goaway, piece in pieces:
                 if is_goaway:
                     self._on_goaway(piece)
@@ -740,9 +759,10 @@ class UpstreamConnection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._age_timer = self._idle_timer = None
-        if self._inbound_turn is not None:
-            self._inbound_turn.cancel()
-            self._inbound_turn = None
+        for handle in (self._inbound_turn, self._turn_end):
+            if handle is not None:
+                handle.cancel()
+        self._inbound_turn = self._turn_end = None
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()

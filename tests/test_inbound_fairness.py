@@ -11,6 +11,8 @@ import asyncio
 import itertools
 
 import aiohttp
+import pytest
+from hyperframe.frame import DataFrame
 
 from h2ping.frames import MAX_FRAME_SIZE
 from h2ping.testing import ScriptedRequest
@@ -146,3 +148,35 @@ async def test_a_full_batch_pauses_reading_for_a_turn_even_with_nothing_left() -
     assert not h.transport.reading
     await asyncio.sleep(0)
     assert h.transport.reading
+
+
+async def test_reads_in_one_loop_iteration_share_one_batch() -> None:
+    h = Harness(window=2**31 - 1)
+    stream, sink = h.open()
+    h.feed(h.server.headers(stream.stream_id, 200))
+    await asyncio.sleep(0)  # a new iteration, with a share of its own
+    frame = h.server.data(stream.stream_id, b"y" * 1000)
+    read = frame * (INBOUND_BATCH // 2 // len(frame) + 1)  # a bit over half a batch
+    h.feed(read)
+    assert h.transport.reading  # within the share: nothing waits
+    h.feed(read)  # the loop hands over a second read in the same iteration
+    assert not h.transport.reading
+    assert INBOUND_BATCH <= len(sink.data) * len(frame) // 1000 <= INBOUND_BATCH + len(frame)
+    await h.settle()
+    assert bytes(sink.data) == b"y" * (2 * len(read) // len(frame) * 1000)
+
+
+async def test_data_frames_are_never_formatted_for_a_log_that_is_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """h2 would format each DATA frame (its payload as hex) for its trace log,
+    a seventh of a download's CPU: the connection takes DATA past that."""
+
+    def no_repr(frame: object) -> str:
+        raise AssertionError("a DATA frame was formatted")
+
+    monkeypatch.setattr(DataFrame, "__repr__", no_repr)
+    h = Harness()
+    stream, sink = h.open()
+    h.feed(h.server.headers(stream.stream_id, 200), h.server.data(stream.stream_id, b"z", True))
+    assert bytes(sink.data) == b"z" and sink.ended and sink.error is None

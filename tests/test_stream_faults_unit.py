@@ -50,6 +50,7 @@ async def test_the_limit_counts_as_rfc_9113_does_and_is_inclusive() -> None:
     assert header_list_size([*status, (b"x-pad", b"p" * pad)]) == LIMIT
     h.feed(h.server.headers(at.stream_id, 200, exactly, end_stream=True))
     h.feed(h.server.headers(over.stream_id, 200, [("x-pad", "p" * (pad + 1))], end_stream=True))
+    await h.settle()
     assert at_sink.ended and at_sink.error is None
     assert over_sink.error is not None and not over_sink.ended
 

@@ -375,6 +375,7 @@ async def test_response_credit_is_held_on_the_stream_until_given_back() -> None:
     await h.sent()
     chunk = b"d" * 16384
     h.feed(h.server.headers(1, 200), *(h.server.data(1, chunk) for _ in range(150)))
+    await h.settle()
     assert len(sink.data) == stream.unacked == 150 * 16384
     assert not [f for f in of(WindowUpdateFrame, await h.sent()) if f.stream_id == 1]
     stream.ack_held()
