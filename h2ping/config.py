@@ -239,6 +239,8 @@ class Config:
     idle_conn_timeout: float = 90.0
     # The sum of all retry buffers; about average body size x requests in flight.
     max_buffered_bytes: int = 1024 * 1024 * 1024
+    # Our SETTINGS_MAX_HEADER_LIST_SIZE: a response over it fails its stream only.
+    max_response_header_bytes: int = 256 * 1024
     insecure_skip_verify: bool = False
     ca_file: str | None = None
     connect_timeout: float = 10.0
@@ -288,6 +290,8 @@ class Config:
             raise ConfigError("idle-conn-timeout", "must not be negative (0 keeps them)")
         if self.max_buffered_bytes < 0:
             raise ConfigError("max-buffered-bytes", "must not be negative (0 keeps no bodies)")
+        if not 1 <= self.max_response_header_bytes <= 2**32 - 1:
+            raise ConfigError("max-response-header-bytes", "must be between 1 and 4294967295")
         if not 1 <= self.workers <= 256:
             raise ConfigError("workers", "must be between 1 and 256")
         if self.loop_lag_interval < 0:

@@ -201,6 +201,8 @@ _FLAGS: tuple[_Flag, ...] = (
           "limit for TCP + TLS + HTTP/2 setup"),
     _Flag("ca-file", "Upstream", _STRING, "path",
           "also trust the CA certificates in this PEM file", "none", check=_parse_file),
+    _Flag("max-response-header-bytes", "Upstream", _parse_int, "n",
+          "a larger response header list gets a 502"),
     _Flag("insecure-skip-verify", "Upstream", _parse_bool, "",
           "skip the upstream's certificate checks; tests only"),
     _Flag("ping-interval", "Liveness", _DURATION, "duration",

@@ -6,6 +6,11 @@ would fail the streams the server promised to finish. And control frames that a
 peer can send without limit (PING, SETTINGS, empty DATA) are counted, so a flood
 ends the connection instead of the process's CPU and memory (RFC 9113 10.5).
 Only the 9-byte frame headers are read; payloads pass through untouched.
+
+Frames are taken out in batches of a bounded size, so that one connection
+receiving at full speed cannot hold the event loop for all it read (uvloop
+hands over several 256 KiB reads in one loop iteration): the connection
+handles one batch per loop turn and leaves the rest for the next.
 """
 
 from __future__ import annotations
@@ -35,24 +40,59 @@ class FrameSizeError(Exception):
 
 
 class FrameSplitter:
-    """Feed bytes in; get back runs of whole frames for h2 and GOAWAY payloads."""
+    """Feed bytes in; take back runs of whole frames for h2 and GOAWAY payloads.
+
+    :meth:`take` hands out at most about ``budget`` bytes at a time, so that a
+    caller can bound its work per event-loop callback and leave the rest
+    (:attr:`ready`) for its next turn.
+    """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._buffer = b""
+        self._pos = 0  # where the first frame not yet taken starts
         self._clock = clock
         self._credit = float(CONTROL_BURST)
         self._credit_at = clock()
 
+    @property
+    def backlog(self) -> int:
+        """Bytes fed but not yet taken (whole frames, and a partial one)."""
+        return len(self._buffer) - self._pos
+
+    @property
+    def ready(self) -> bool:
+        """Whether :meth:`take` has work: a whole frame, or a frame header to refuse."""
+        data, pos = self._buffer, self._pos
+        if len(data) - pos < FRAME_HEADER:
+            return False
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        return length > MAX_FRAME_SIZE or len(data) - pos >= FRAME_HEADER + length
+
+    def feed(self, data: bytes) -> None:
+        if self._pos:  # one copy of the rest per read, never one per take
+            self._buffer = self._buffer[self._pos :] + data
+            self._pos = 0
+        elif self._buffer:
+            self._buffer += data
+        else:
+            self._buffer = data
+
     def split(self, data: bytes) -> list[tuple[bool, bytes]]:
+        """Feed ``data`` and take every whole frame there is."""
+        self.feed(data)
+        return self.take()
+
+    def take(self, budget: int | None = None) -> list[tuple[bool, bytes]]:
         """Return ``(is_goaway, bytes)`` pieces in order: runs of frames for h2,
-        or the payload of one GOAWAY frame. A partial frame waits for more data."""
-        if self._buffer:
-            data = self._buffer + data
+        or the payload of one GOAWAY frame. Stops after the frame that reaches
+        ``budget`` bytes (None: no limit); a partial frame waits for more data."""
+        data = self._buffer
         pieces: list[tuple[bool, bytes]] = []
-        start = pos = 0
+        start = pos = self._pos
         size = len(data)
+        end = size if budget is None else min(size, pos + budget)
         control = 0
-        while pos + FRAME_HEADER <= size:
+        while pos < end and pos + FRAME_HEADER <= size:
             length = int.from_bytes(data[pos : pos + 3], "big")
             if length > MAX_FRAME_SIZE:
                 # Refuse before buffering up to 16 MiB of it (RFC 9113 4.2).
@@ -73,7 +113,10 @@ class FrameSplitter:
             pos = frame_end
         if pos > start:
             pieces.append((False, data[start:pos]))
-        self._buffer = data[pos:]
+        if pos == size:
+            self._buffer, self._pos = b"", 0
+        else:
+            self._pos = pos
         if control:
             self._spend(control)
         return pieces

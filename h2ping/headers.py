@@ -139,6 +139,7 @@ def response_head(headers: Iterable[Header]) -> tuple[int, list[Header]]:
     HTTP/1.1 fields, in one pass (h2's own inbound validation is off: slower,
     and it fails the whole connection instead of the one stream)."""
     status = 0
+    length: bytes | None = None
     out: list[Header] = []
     for name, value in headers:
         if name[:1] == b":":
@@ -154,6 +155,15 @@ def response_head(headers: Iterable[Header]) -> tuple[int, list[Header]]:
             raise MalformedResponse("control character or surrounding space in a header value")
         if name in _RESPONSE_CONNECTION_FIELDS:
             raise MalformedResponse("connection-specific header field")
+        if name == b"content-length":
+            # It frames the HTTP/1.1 response: one valid value, or none at all.
+            if not value.isdigit():
+                raise MalformedResponse("invalid content-length")
+            if length is not None:
+                if value != length:
+                    raise MalformedResponse("conflicting content-length headers")
+                continue  # the same value again (RFC 9110 8.6): pass it on once
+            length = value
         out.append((name, value))
     if not status:
         raise MalformedResponse("no :status")

@@ -16,10 +16,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from .config import Config
+from .dial import connect
 from .errors import UpstreamError
 from .logs import plural
 from .stats import Stats
-from .upstream import ConnState, StreamSlot, UpstreamConnection, connect
+from .upstream import ConnState, StreamSlot, UpstreamConnection
 
 log = logging.getLogger("h2ping.pool")
 
@@ -33,7 +34,7 @@ class Pool:
         *,
         dial: Callable[..., Awaitable[UpstreamConnection]] = connect,
     ) -> None:
-        """``dial`` opens a connection, with :func:`~h2ping.upstream.connect`'s arguments."""
+        """``dial`` opens a connection, with :func:`~h2ping.dial.connect`'s arguments."""
         self._config = config
         self._dial = dial
         self._stats = stats

@@ -16,6 +16,7 @@ from typing import Any
 
 from .admin import AdminServer
 from .config import Config, HostPort, parse_listen, parse_upstream
+from .dial import load_ca_file
 from .errors import UpstreamError
 from .exchange import Exchange, ExchangeContext
 from .http1 import Request, ResponseWriter
@@ -69,7 +70,7 @@ def bind_listener(listen: HostPort) -> socket.socket:
 def make_ssl_context(config: Config) -> ssl.SSLContext:
     context = ssl.create_default_context()
     if config.ca_file:
-        context.load_verify_locations(cafile=config.ca_file)
+        load_ca_file(context, config.ca_file)
     if config.insecure_skip_verify:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

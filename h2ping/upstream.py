@@ -1,9 +1,10 @@
-"""One HTTP/2 connection to the upstream: TLS/ALPN, the h2 state machine, flow control.
+"""One HTTP/2 connection to the upstream: the h2 state machine, flow control, stream slots.
 
 The connection is an ``asyncio.Protocol`` that reads all the time (push): every byte
 goes through ``data_received`` to h2 and its events go straight to the stream they
 belong to. Nothing here knows about HTTP/1.1; a stream reports to a
-:class:`StreamSink`, which the exchange implements.
+:class:`StreamSink`, which the exchange implements. Dialling (TCP, TLS, ALPN) is
+:mod:`h2ping.dial`.
 
 GOAWAY frames are split off the byte stream and handled here instead of by h2,
 because h2 closes its whole state machine on any received GOAWAY, which would fail
@@ -18,8 +19,6 @@ import contextlib
 import enum
 import logging
 import random
-import socket
-import ssl
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -33,12 +32,12 @@ from h2.errors import ErrorCodes
 
 from . import errors
 from .config import Config
-from .errors import UpstreamError
+from .errors import UpstreamError, describe_h2_error
 from .frames import FloodError, FrameSizeError, FrameSplitter
+from .h2conn import H2Connection, StreamFault
 from .headers import Header
 from .liveness import Liveness
 from .logs import plural
-from .sockets import set_tcp_keepalive
 from .stats import Stats
 
 log = logging.getLogger("h2ping.upstream")
@@ -54,6 +53,10 @@ SEND_HIGH_WATER = 256 * 1024
 SEND_LOW_WATER = 64 * 1024
 #: At most this much request body becomes DATA frames per callback.
 PUMP_BATCH = 256 * 1024
+#: At most about this much of what the upstream sent is handled per loop turn
+#: (its DATA delivered to clients included), so that one response moving at
+#: full speed leaves the event loop to the others.
+INBOUND_BATCH = 64 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
 
@@ -202,6 +205,10 @@ class UpstreamConnection(asyncio.Protocol):
         self._blocked: set[UpstreamStream] = set()  # streams whose body waits to be sent
         self._write_paused = False
         self._pumps_scheduled = False
+        self._inbound_turn: asyncio.Handle | None = None  # the next batch of inbound frames
+        self._read_paused = False  # while inbound frames wait for their turn
+        self._turn_taken = 0  # inbound bytes handled in this loop iteration
+        self._turn_end: asyncio.Handle | None = None  # resets _turn_taken
         self._stats = stats
         self._frames = FrameSplitter()
         self._liveness = Liveness(
@@ -228,7 +235,7 @@ class UpstreamConnection(asyncio.Protocol):
             validate_inbound_headers=False,
             normalize_inbound_headers=False,
         )
-        self._h2 = h2.connection.H2Connection(config=h2_config)
+        self._h2 = H2Connection(h2_config, config.max_response_header_bytes)
 
     # ----------------------------------------------------------------- capacity
     #
@@ -311,13 +318,17 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
-        self._h2.initiate_connection()
-        self._h2.update_settings(
-            {
+        # Our settings go in the preface's one SETTINGS frame, never h2's defaults
+        # first: a server must not see a smaller header list limit than we enforce.
+        self._h2.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
                 h2.settings.SettingCodes.ENABLE_PUSH: 0,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-            }
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self._h2.header_list_limit,
+            },
         )
+        self._h2.initiate_connection()
         self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self._flush()
 
@@ -325,28 +336,20 @@ class UpstreamConnection(asyncio.Protocol):
         # Any inbound byte proves the peer alive, even while a PING ACK is still
         # queued behind megabytes of DATA.
         self._liveness.saw_bytes()
-        try:
-            for is_goaway, piece in self._frames.split(data):
-                if is_goaway:
-                    self._on_goaway(piece)
-                else:
-                    self._receive(piece)
-                if self.state is ConnState.CLOSED:
-                    return
-        except FloodError as exc:
-            self._protocol_error(str(exc), ErrorCodes.ENHANCE_YOUR_CALM)
+        if self.state is ConnState.CLOSED:
             return
-        except FrameSizeError as exc:
-            self._protocol_error(
-                f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
-            )
-            return
-        except Exception as exc:  # anything h2 raises on the peer's bytes ends this connection
-            self._protocol_error(describe_h2_error(exc))
-            return
-        self._flush()
+        self._frames.feed(data)
+        if self._inbound_turn is None:  # else the next turn takes these bytes too
+            self._take_turn()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        # What arrived before the end is handled first: a response complete
+        # before the close is a response.
+        if self._inbound_turn is not None:
+            self._inbound_turn.cancel()
+            self._inbound_turn = None
+        while self.state is not ConnState.CLOSED and self._frames.ready:
+            self._take_batch()
         if self.state is ConnState.CLOSED:
             return
         reason = f"connection lost: {exc}" if exc else "connection closed by upstream"
@@ -354,6 +357,70 @@ class UpstreamConnection(asyncio.Protocol):
             UpstreamError(errors.CONNECTION_TERMINATED, f"{reason} before HTTP/2 SETTINGS")
         )
         self._end(reason, UpstreamError(errors.CONNECTION_TERMINATED, reason))
+
+    def _take_turn(self) -> None:
+        """Handle what arrived, up to this loop turn's share (INBOUND_BATCH, over
+        all the reads the loop hands over in one iteration); leave the rest for
+        the next turn, not reading meanwhile, so that one fast connection cannot
+        hold the loop and the backlog stays one read's worth."""
+        taken = self._take_batch(INBOUND_BATCH - self._turn_taken)
+        if self.state is ConnState.CLOSED:
+            return
+        self._turn_taken += taken
+        transport = self._transport
+        if self._frames.ready or self._turn_taken >= INBOUND_BATCH:
+            # Paused even with nothing left: else the loop would hand over the
+            # next read in this same iteration (uvloop reads up to 32 times).
+            if self._turn_end is not None:
+                self._turn_end.cancel()
+                self._turn_end = None
+            self._inbound_turn = self._loop.call_soon(self._next_turn)
+            if not self._read_paused and transport is not None and not transport.is_closing():
+                self._read_paused = True
+                transport.pause_reading()
+            return
+        if self._read_paused:
+            self._read_paused = False
+            if transport is not None and not transport.is_closing():
+                transport.resume_reading()
+        if self._turn_taken and self._turn_end is None:
+            self._turn_end = self._loop.call_soon(self._end_turn)
+
+    def _next_turn(self) -> None:
+        self._inbound_turn = None
+        self._turn_taken = 0
+        self._take_turn()
+
+    def _end_turn(self) -> None:
+        """Reads in the next loop iteration get a share of their own."""
+        self._turn_end = None
+        self._turn_taken = 0
+
+    def _take_batch(self, budget: int = INBOUND_BATCH) -> int:
+        """Handle about ``budget`` bytes of frames; return how many."""
+        backlog = self._frames.backlog
+        try:
+            pieces = self._frames.take(budget)
+            for is_goaway, piece in pieces:
+                if is_goaway:
+                    self._on_goaway(piece)
+                else:
+                    self._receive(piece)
+                if self.state is ConnState.CLOSED:
+                    return 0
+        except FloodError as exc:
+            self._protocol_error(str(exc), ErrorCodes.ENHANCE_YOUR_CALM)
+            return 0
+        except FrameSizeError as exc:
+            self._protocol_error(
+                f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
+            )
+            return 0
+        except Exception as exc:  # anything h2 raises on the peer's bytes ends this connection
+            self._protocol_error(describe_h2_error(exc))
+            return 0
+        self._flush()
+        return backlog - self._frames.backlog
 
     # ----------------------------------------------------------------- inbound
 
@@ -393,6 +460,8 @@ class UpstreamConnection(asyncio.Protocol):
             self._on_settings(event)
         elif isinstance(event, h2.events.PingAckReceived):
             self._liveness.on_ack(event.ping_data)
+        elif isinstance(event, StreamFault):
+            self._on_fault(event)
 
     def _on_data(self, event: h2.events.DataReceived) -> None:
         stream = self.streams.get(event.stream_id)
@@ -428,6 +497,14 @@ class UpstreamConnection(asyncio.Protocol):
         else:
             err = UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"stream reset by upstream ({name})")
         stream.sink.on_error(err)
+
+    def _on_fault(self, event: StreamFault) -> None:
+        """The stream's response was bad; h2 has reset it. Its neighbours go on."""
+        stream = self.streams.get(event.stream_id)
+        if stream is None:
+            return
+        self._forget(stream)
+        stream.sink.on_error(UpstreamError(event.error, event.detail))
 
     def _on_settings(self, event: h2.events.RemoteSettingsChanged) -> None:
         self.max_streams = min(self._h2.remote_settings.max_concurrent_streams, 2**31)
@@ -682,6 +759,10 @@ class UpstreamConnection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._age_timer = self._idle_timer = None
+        for handle in (self._inbound_turn, self._turn_end):
+            if handle is not None:
+                handle.cancel()
+        self._inbound_turn = self._turn_end = None
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
@@ -694,83 +775,3 @@ class UpstreamConnection(asyncio.Protocol):
 
     def __repr__(self) -> str:
         return f"<conn {self.id} {self.state.value} streams={len(self.streams)}>"
-
-
-#: What to say about an h2 error. Its own message can quote header values (a
-#: Set-Cookie, say): never pass that on to logs or clients.
-_H2_ERROR_TEXT: dict[type[Exception], str] = {
-    h2.exceptions.InvalidBodyLengthError: "response body does not match its content-length",
-    h2.exceptions.FlowControlError: "flow-control window exceeded",
-    h2.exceptions.FrameTooLargeError: "frame larger than the advertised maximum",
-    h2.exceptions.FrameDataMissingError: "frame shorter than its fixed fields",
-    h2.exceptions.DenialOfServiceError: "header list larger than SETTINGS_MAX_HEADER_LIST_SIZE",
-    h2.exceptions.InvalidSettingsValueError: "invalid SETTINGS value",
-    h2.exceptions.StreamIDTooLowError: "stream id lower than one already used",
-}
-
-
-def describe_h2_error(exc: Exception) -> str:
-    for kind in type(exc).__mro__:
-        if kind in _H2_ERROR_TEXT:
-            return f"{_H2_ERROR_TEXT[kind]} ({type(exc).__name__})"
-    return f"malformed frame or header block ({type(exc).__name__})"
-
-
-def _ssl_error(exc: ssl.SSLError) -> UpstreamError:
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return UpstreamError(errors.TLS_CERTIFICATE_ERROR, exc.verify_message or str(exc))
-    return UpstreamError(errors.TLS_PROTOCOL_ERROR, exc.reason or str(exc))
-
-
-async def connect(
-    config: Config,
-    ssl_context: ssl.SSLContext | None,
-    conn_id: int,
-    on_change: Callable[[UpstreamConnection], None],
-    stats: Stats,
-    on_age: Callable[[UpstreamConnection], None] | None = None,
-) -> UpstreamConnection:
-    """Open a connection and wait for the peer's SETTINGS (so we know its stream limit)."""
-    loop = asyncio.get_running_loop()
-    upstream = config.upstream
-    timeout = config.connect_timeout
-    target = f"{upstream.host}:{upstream.port}"
-    protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age)
-    try:
-        async with asyncio.timeout(timeout):
-            transport, _ = await loop.create_connection(
-                lambda: protocol,
-                upstream.host,
-                upstream.port,
-                ssl=ssl_context if upstream.tls else None,
-                server_hostname=upstream.host if upstream.tls else None,
-            )
-            if upstream.tls:
-                ssl_object = transport.get_extra_info("ssl_object")
-                alpn = ssl_object.selected_alpn_protocol() if ssl_object else None
-                if alpn != "h2":
-                    transport.abort()
-                    raise UpstreamError(
-                        errors.TLS_PROTOCOL_ERROR,
-                        f"{target} did not negotiate HTTP/2 with ALPN (got {alpn or 'none'})",
-                    )
-            set_tcp_keepalive(transport.get_extra_info("socket"))
-            await protocol.wait_ready()
-    except TimeoutError:
-        protocol._end(
-            "connect timeout", UpstreamError(errors.CONNECTION_TIMEOUT, "connect timeout")
-        )
-        raise UpstreamError(
-            errors.CONNECTION_TIMEOUT, f"{target} did not complete HTTP/2 setup in {timeout:g}s"
-        ) from None
-    except ssl.SSLError as exc:
-        raise _ssl_error(exc) from None
-    except socket.gaierror as exc:
-        raise UpstreamError(errors.DNS_ERROR, f"{upstream.host}: {exc.strerror}") from None
-    except ConnectionRefusedError:
-        raise UpstreamError(errors.CONNECTION_REFUSED, f"{target} refused the connection") from None
-    except OSError as exc:
-        raise UpstreamError(
-            errors.DESTINATION_UNAVAILABLE, f"{target}: {exc.strerror or exc}"
-        ) from None
-    return protocol

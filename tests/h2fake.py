@@ -9,6 +9,7 @@ from typing import Any
 import hpack
 from h2.settings import SettingCodes
 from hyperframe.frame import (
+    ContinuationFrame,
     DataFrame,
     Frame,
     GoAwayFrame,
@@ -47,6 +48,17 @@ class FakeTransport:
         self._read = 0
         self.closed = False
         self.aborted = False
+        self.reading = True
+        self.pauses = 0  # pause_reading calls
+
+    def pause_reading(self) -> None:
+        assert self.reading, "paused twice"
+        self.reading = False
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        assert not self.reading, "resumed while reading"
+        self.reading = True
 
     def write(self, data: bytes) -> None:
         assert not self.is_closing(), "write after close"
@@ -94,15 +106,20 @@ class FakeServer:
     def headers(
         self,
         stream_id: int,
-        status: int = 200,
+        status: int | None = 200,
         extra: Iterable[tuple[str, str]] = (),
         end_stream: bool = False,
     ) -> bytes:
-        frame = HeadersFrame(
-            stream_id, flags=["END_HEADERS"] + (["END_STREAM"] if end_stream else [])
-        )
-        frame.data = self._encoder.encode([(":status", str(status)), *extra])
-        return frame.serialize()
+        """HEADERS (and CONTINUATION frames past 16 KiB); ``status=None`` for trailers."""
+        fields = [(":status", str(status))] if status is not None else []
+        block = self._encoder.encode([*fields, *extra])
+        pieces = [block[i : i + 16384] for i in range(0, len(block), 16384)] or [b""]
+        frames: list[Frame] = [
+            HeadersFrame(stream_id, pieces[0], flags=["END_STREAM"] if end_stream else [])
+        ]
+        frames += [ContinuationFrame(stream_id, piece) for piece in pieces[1:]]
+        frames[-1].flags.add("END_HEADERS")
+        return b"".join(frame.serialize() for frame in frames)
 
     @staticmethod
     def data(stream_id: int, payload: bytes, end_stream: bool = False) -> bytes:
@@ -132,6 +149,7 @@ class RecordingSink:
 
     def __init__(self) -> None:
         self.status: int | None = None
+        self.headers: list[Header] = []
         self.end_stream_with_headers = False
         self.data = bytearray()
         self.ended = False
@@ -140,6 +158,7 @@ class RecordingSink:
         self.on_error_hook: Any = None  # called with the error, to act from inside the callback
 
     def on_response(self, headers: list[Header], end_stream: bool) -> None:
+        self.headers = headers
         self.status = int(dict(headers)[b":status"])
         self.end_stream_with_headers = end_stream
 

@@ -433,6 +433,15 @@ def test_negative_retry_body_limit_disables_as_in_go() -> None:
     )
 
 
+def test_max_response_header_bytes_values() -> None:
+    assert parse(*UP).max_response_header_bytes == 256 * 1024
+    assert parse(*UP, "-max-response-header-bytes=1").max_response_header_bytes == 1
+    for bad in ("0", "4294967296"):  # a SETTINGS value has 32 bits
+        assert error(*UP, "-max-response-header-bytes", bad) == (
+            "-max-response-header-bytes: must be between 1 and 4294967295"
+        )
+
+
 def test_ca_file(tmp_path: Path) -> None:
     pem = tmp_path / "ca.pem"
     pem.write_text("-----BEGIN CERTIFICATE-----\n")

@@ -90,3 +90,28 @@ def test_the_allowance_refills_with_time_up_to_the_burst() -> None:
     splitter.split(PING * CONTROL_BURST)
     with pytest.raises(FloodError):
         splitter.split(PING)
+
+
+def test_take_hands_out_about_a_budget_at_a_time_and_keeps_the_rest() -> None:
+    frames = [FakeServer.data(1, bytes([i]) * 1000) for i in range(20)]
+    splitter = FrameSplitter()
+    splitter.feed(b"".join(frames) + frames[0][:5])  # and the start of one more
+    out = b""
+    while splitter.ready:
+        (piece,) = splitter.take(4000)
+        assert piece[1] and len(piece[1]) <= 4000 + len(frames[0])  # one frame past at most
+        out += piece[1]
+    assert out == b"".join(frames)
+    assert splitter.backlog == 5  # the partial frame waits for its rest
+    splitter.feed(frames[0][5:])
+    assert splitter.ready and splitter.take(1) == [(False, frames[0])]
+    assert splitter.backlog == 0 and not splitter.ready
+
+
+def test_an_oversized_frame_header_is_ready_so_it_gets_refused_at_once() -> None:
+    splitter = FrameSplitter()
+    splitter.feed(DATA + (MAX_FRAME_SIZE + 1).to_bytes(3, "big") + b"\x00\x00\x00\x00\x00\x01")
+    assert splitter.take(1) == [(False, DATA)]
+    assert splitter.ready
+    with pytest.raises(FrameSizeError):
+        splitter.take(1)

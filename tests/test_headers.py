@@ -150,6 +150,12 @@ def test_without_a_base_the_target_is_passed_as_it_is() -> None:
     assert request_path(target) is target  # no copy on the common path
 
 
+def test_a_repeated_content_length_of_the_same_value_is_passed_on_once() -> None:
+    block = [(b":status", b"200"), (b"content-length", b"2"), (b"x-a", b"1")]
+    _, fields = response_head([*block, (b"content-length", b"2")])
+    assert fields == [(b"content-length", b"2"), (b"x-a", b"1")]
+
+
 def test_response_head_splits_status_and_fields() -> None:
     status, fields = response_head([(b":status", b"204"), (b"x-a", b"1 2"), (b"x-b", b"\xe9")])
     assert status == 204
@@ -171,11 +177,13 @@ def test_response_head_splits_status_and_fields() -> None:
         [(b":status", b"200"), (b":path", b"/")],
         [(b":status", b"2000")],
         [(b"x-a", b"1")],
+        [(b":status", b"200"), (b"content-length", b"1"), (b"content-length", b"2")],
+        [(b":status", b"200"), (b"content-length", b"+1")],
     ],
     ids=[
         "connection", "te", "uppercase", "not-a-token", "response-splitting", "nul",
         "surrounding-space", "pseudo-after-field", "repeated-status", "request-pseudo",
-        "bad-status", "no-status",
+        "bad-status", "no-status", "two-lengths", "invalid-length",
     ],
 )  # fmt: skip
 def test_malformed_response_blocks_are_refused(block: list[tuple[bytes, bytes]]) -> None:

@@ -55,6 +55,12 @@ class Harness:
         for chunk in chunks:
             self.conn.data_received(chunk)
 
+    async def settle(self) -> None:
+        """Let the loop turn until the connection has taken in all it was fed
+        (more than a batch takes several turns, with reading paused meanwhile)."""
+        while not self.transport.reading and self.conn.state is not ConnState.CLOSED:
+            await asyncio.sleep(0)
+
     def slot(self) -> StreamSlot:
         slot = self.conn.try_reserve()
         assert slot is not None
@@ -369,6 +375,7 @@ async def test_response_credit_is_held_on_the_stream_until_given_back() -> None:
     await h.sent()
     chunk = b"d" * 16384
     h.feed(h.server.headers(1, 200), *(h.server.data(1, chunk) for _ in range(150)))
+    await h.settle()
     assert len(sink.data) == stream.unacked == 150 * 16384
     assert not [f for f in of(WindowUpdateFrame, await h.sent()) if f.stream_id == 1]
     stream.ack_held()

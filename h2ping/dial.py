@@ -1,0 +1,149 @@
+"""Dialling the upstream: TCP, TLS with ALPN ``h2``, the peer's first SETTINGS.
+
+Every way this can fail becomes an :class:`~h2ping.errors.UpstreamError` whose
+detail says in words what went wrong, and what to check: a person reads it in
+a log line or in ``Proxy-Status``, and OpenSSL's own reason codes
+(``WRONG_VERSION_NUMBER``) say little to most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Callable
+
+from . import errors
+from .config import Config
+from .errors import UpstreamError
+from .sockets import set_tcp_keepalive
+from .stats import Stats
+from .upstream import UpstreamConnection
+
+# OpenSSL's X509_V_ERR_* codes, as in SSLCertVerificationError.verify_code.
+_UNKNOWN_CA = {2, 19, 20, 21}  # unable to get (local) issuer, self-signed in chain, no leaf sig
+_SELF_SIGNED = 18
+_NOT_YET_VALID, _EXPIRED, _REVOKED = 9, 10, 23
+_NAME_MISMATCH = {62, 64}  # hostname, IP address
+
+#: Reasons that mean the peer's bytes were no TLS at all.
+_NOT_TLS = frozenset(
+    {"WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"}
+)
+#: Alerts with which the peer turned the handshake down, and what they mean.
+_REFUSED: dict[str, str] = {
+    "SSLV3_ALERT_HANDSHAKE_FAILURE": "refused the TLS handshake: no version or cipher in common",
+    "TLSV1_ALERT_PROTOCOL_VERSION": "refused the TLS handshake: no TLS version in common",
+    "UNSUPPORTED_PROTOCOL": "refused the TLS handshake: no TLS version in common",
+    "TLSV1_ALERT_NO_APPLICATION_PROTOCOL": "does not offer HTTP/2 over TLS (ALPN h2)",
+    "TLSV1_UNRECOGNIZED_NAME": "does not know the host name h2ping asked for (SNI)",
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "wants a client certificate, which h2ping does not send",
+}
+
+
+def describe_tls_error(exc: ssl.SSLError, host: str, target: str) -> UpstreamError:
+    """The TLS handshake with ``target`` (``host:port``) failed: say why, in words."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return UpstreamError(errors.TLS_CERTIFICATE_ERROR, _certificate_problem(exc, host, target))
+    reason = exc.reason or type(exc).__name__
+    if reason in _NOT_TLS:
+        detail = f"{target} did not answer TLS: is it plain HTTP? ({reason})"
+    elif reason in _REFUSED:
+        detail = f"{target} {_REFUSED[reason]} ({reason})"
+    elif isinstance(exc, ssl.SSLEOFError) or reason == "UNEXPECTED_EOF_WHILE_READING":
+        detail = f"{target} closed the connection during the TLS handshake ({reason})"
+    else:
+        detail = f"TLS handshake with {target} failed ({reason})"
+    return UpstreamError(errors.TLS_PROTOCOL_ERROR, detail)
+
+
+def _certificate_problem(exc: ssl.SSLCertVerificationError, host: str, target: str) -> str:
+    code, said = exc.verify_code, exc.verify_message or str(exc)
+    subject = f"the certificate of {target}"
+    if code in _NAME_MISMATCH:
+        return f"{subject} is not for {host} (hostname mismatch): check -upstream"
+    if code in _UNKNOWN_CA:
+        return f"{subject} is signed by an unknown CA: pass that CA with -ca-file ({said})"
+    if code == _SELF_SIGNED:
+        return f"{subject} is self-signed: pass it with -ca-file to trust it ({said})"
+    if code == _EXPIRED:
+        return f"{subject} has expired"
+    if code == _NOT_YET_VALID:
+        return f"{subject} is not valid yet: check this machine's clock"
+    if code == _REVOKED:
+        return f"{subject} has been revoked"
+    return f"{subject} was not accepted ({said})"
+
+
+class CAFileError(ssl.SSLError):
+    """The CA file holds no certificate that can be loaded."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{problem} in {path}")
+        self.message = f"{problem} in {path}"
+        self.reason = f"{problem} in the file"  # follows "ca-file PATH:" in the log line
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def load_ca_file(context: ssl.SSLContext, path: str) -> None:
+    """Trust the CA certificates in ``path`` (PEM), or raise :class:`CAFileError`."""
+    try:
+        context.load_verify_locations(cafile=path)
+    except ssl.SSLError as exc:
+        if getattr(exc, "reason", None) == "NO_CERTIFICATE_OR_CRL_FOUND":
+            raise CAFileError(path, "no PEM certificate") from None
+        raise CAFileError(path, "a damaged PEM certificate") from None
+
+
+async def connect(
+    config: Config,
+    ssl_context: ssl.SSLContext | None,
+    conn_id: int,
+    on_change: Callable[[UpstreamConnection], None],
+    stats: Stats,
+    on_age: Callable[[UpstreamConnection], None] | None = None,
+) -> UpstreamConnection:
+    """Open a connection and wait for the peer's SETTINGS (so we know its stream limit)."""
+    loop = asyncio.get_running_loop()
+    upstream = config.upstream
+    timeout = config.connect_timeout
+    target = f"{upstream.host}:{upstream.port}"
+    protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age)
+    try:
+        async with asyncio.timeout(timeout):
+            transport, _ = await loop.create_connection(
+                lambda: protocol,
+                upstream.host,
+                upstream.port,
+                ssl=ssl_context if upstream.tls else None,
+                server_hostname=upstream.host if upstream.tls else None,
+            )
+            if upstream.tls:
+                ssl_object = transport.get_extra_info("ssl_object")
+                alpn = ssl_object.selected_alpn_protocol() if ssl_object else None
+                if alpn != "h2":
+                    transport.abort()
+                    raise UpstreamError(
+                        errors.TLS_PROTOCOL_ERROR,
+                        f"{target} did not negotiate HTTP/2 with ALPN (got {alpn or 'none'})",
+                    )
+            set_tcp_keepalive(transport.get_extra_info("socket"))
+            await protocol.wait_ready()
+    except TimeoutError:
+        protocol.close("connect timeout")
+        raise UpstreamError(
+            errors.CONNECTION_TIMEOUT, f"{target} did not complete HTTP/2 setup in {timeout:g}s"
+        ) from None
+    except ssl.SSLError as exc:
+        raise describe_tls_error(exc, upstream.host, target) from None
+    except socket.gaierror as exc:
+        raise UpstreamError(errors.DNS_ERROR, f"{upstream.host}: {exc.strerror}") from None
+    except ConnectionRefusedError:
+        raise UpstreamError(errors.CONNECTION_REFUSED, f"{target} refused the connection") from None
+    except OSError as exc:
+        raise UpstreamError(
+            errors.DESTINATION_UNAVAILABLE, f"{target}: {exc.strerror or exc}"
+        ) from None
+    return protocol

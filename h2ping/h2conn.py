@@ -1,0 +1,182 @@
+"""h2's client connection, with one stream's fault failing that stream only.
+
+h2 raises a ``ProtocolError`` for faults that RFC 9113 makes stream errors, and
+any ``ProtocolError`` ends its whole connection, failing every neighbour of the
+faulty stream. Here those faults reset their stream alone and become a
+:class:`StreamFault` event:
+
+- a malformed response (RFC 9113 8.1.1): DATA beyond or short of its
+  ``content-length``, an invalid or repeated ``content-length``, DATA before the
+  response headers, trailers without END_STREAM, an informational response with
+  END_STREAM or after the final one;
+- a header list over our SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 10.5.1). h2
+  refuses it while decoding, which leaves HPACK state unusable; instead the
+  header block is decoded whole, up to a hard ceiling, and the limit is checked
+  per stream afterwards, so the connection's HPACK state stays in sync (4.3);
+- HEADERS on a stream that already ended (RFC 9113 5.1 allows a stream error).
+
+Faults of the connection itself stay connection errors: HPACK decoding errors, a
+header list over the ceiling (an HPACK bomb), flow-control violations, frames
+on streams never opened, and everything h2 raises outside one stream.
+
+This overrides two of h2's internal methods (``_receive_frame`` and
+``_begin_new_stream``) and calls two more (``_receive_data_frame``,
+``_prepare_for_sending``), all stable through h2 4.1-4.4;
+tests/test_stream_faults.py covers each fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.stream
+from h2.errors import ErrorCodes
+from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
+
+from . import errors
+
+#: A header list up to this much above our limit is still decoded (so only its
+#: stream fails); beyond it decoding costs too much, and the connection ends.
+#: Only HPACK's indexed fields can get there: h2 takes a header block in at most
+#: 64 frames of 16 KiB, and literal fields decode to about their encoded size.
+DECODE_HEADROOM = 4 * 1024 * 1024
+#: RFC 9113 6.5.2: each field counts its name and value plus 32 bytes.
+FIELD_OVERHEAD = 32
+
+
+def header_list_size(headers: Iterable[tuple[bytes, bytes]]) -> int:
+    """The size SETTINGS_MAX_HEADER_LIST_SIZE limits (RFC 9113 6.5.2)."""
+    return sum(len(name) + len(value) + FIELD_OVERHEAD for name, value in headers)
+
+
+class StreamFault(h2.events.Event):
+    """A stream's response was bad: the stream has been reset with ``error_code``.
+
+    ``error`` is the RFC 9209 error type, ``detail`` a fixed description that
+    quotes nothing from the peer."""
+
+    def __init__(self, stream_id: int, error: str, detail: str, error_code: int) -> None:
+        self.stream_id = stream_id
+        self.error = error
+        self.detail = detail
+        self.error_code = error_code
+
+    def __repr__(self) -> str:
+        return f"<StreamFault stream_id:{self.stream_id}, error:{self.error}>"
+
+
+class _Fault(Exception):
+    """Raised by a stream for a fault of its own; never leaves this module."""
+
+    def __init__(self, stream_id: int, error: str, detail: str, error_code: int) -> None:
+        super().__init__(detail)
+        self.event = StreamFault(stream_id, error, detail, error_code)
+
+
+class _Stream(h2.stream.H2Stream):
+    """An h2 stream whose own faults are raised as :class:`_Fault`."""
+
+    header_list_limit = h2.connection.H2Connection.DEFAULT_MAX_HEADER_LIST_SIZE
+
+    def receive_headers(
+        self,
+        headers: Iterable[tuple[bytes, bytes]],
+        end_stream: bool,
+        header_encoding: bool | str | None,
+    ) -> Any:
+        size = header_list_size(headers)  # a list: h2 decoded the whole block
+        if size > self.header_list_limit:
+            trailers = self.state_machine.headers_received
+            error = (
+                errors.HTTP_RESPONSE_TRAILER_SECTION_SIZE
+                if trailers
+                else errors.HTTP_RESPONSE_HEADER_SECTION_SIZE
+            )
+            detail = (
+                f"{'trailer' if trailers else 'response header'} list of {size} bytes, "
+                f"over the limit of {self.header_list_limit} (max-response-header-bytes)"
+            )
+            raise _Fault(self.stream_id, error, detail, ErrorCodes.CANCEL)
+        try:
+            return super().receive_headers(headers, end_stream, header_encoding)
+        except h2.exceptions.StreamClosedError:
+            raise  # h2 resets the stream itself, or makes it a connection error
+        except h2.exceptions.ProtocolError as exc:
+            raise self._malformed(exc) from exc
+
+    def receive_data(self, data: bytes, end_stream: bool, flow_control_len: int) -> Any:
+        try:
+            return super().receive_data(data, end_stream, flow_control_len)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.FlowControlError):
+            raise  # flow control is the connection's business, as in Go's transport
+        except h2.exceptions.ProtocolError as exc:
+            raise self._malformed(exc) from exc
+
+    def _malformed(self, exc: Exception) -> _Fault:
+        detail = f"malformed response: {errors.describe_h2_error(exc)}"
+        return _Fault(self.stream_id, errors.HTTP_PROTOCOL_ERROR, detail, ErrorCodes.PROTOCOL_ERROR)
+
+
+class H2Connection(h2.connection.H2Connection):
+    """A client connection enforcing ``header_list_limit`` per stream."""
+
+    def __init__(self, config: h2.config.H2Configuration, header_list_limit: int) -> None:
+        super().__init__(config=config)
+        self.header_list_limit = header_list_limit
+        # h2 would lower this to the advertised limit when a SETTINGS frame
+        # changing it is acknowledged; ours goes out once, as an initial value
+        # (see UpstreamConnection.connection_made), so this ceiling stays.
+        self.decoder.max_header_list_size = header_list_limit + DECODE_HEADROOM
+
+    def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
+        stream = super()._begin_new_stream(stream_id, allowed_ids)
+        # h2 builds the stream itself; _Stream only adds behaviour, no state.
+        stream.__class__ = _Stream
+        stream.header_list_limit = self.header_list_limit  # type: ignore[attr-defined]
+        return stream
+
+    def _receive_frame(self, frame: Frame) -> list[h2.events.Event]:
+        try:
+            if type(frame) is DataFrame:
+                # h2's own _receive_frame first formats the frame for a trace
+                # log that is off: the whole payload as hex, a seventh of the
+                # CPU of a download. For DATA it adds nothing else (its
+                # StreamClosedError handling is inside _receive_data_frame).
+                frames, events = self._receive_data_frame(frame)
+                self._prepare_for_sending(frames)
+                return events
+            return super()._receive_frame(frame)
+        except _Fault as fault:
+            return self._reset_faulty(frame, fault.event)
+        except h2.exceptions.StreamClosedError:
+            if not isinstance(frame, HeadersFrame):
+                raise
+            # HEADERS on a stream that ended normally: the block was decoded
+            # (HPACK is in sync); nothing waits on the stream. Tell the peer.
+            self._prepare_for_sending(
+                [RstStreamFrame(frame.stream_id, error_code=ErrorCodes.STREAM_CLOSED)]
+            )
+            return []
+
+    def _reset_faulty(self, frame: Frame, event: StreamFault) -> list[h2.events.Event]:
+        stream = self.streams.get(event.stream_id)
+        if stream is not None:
+            # Closed as if we had sent RST_STREAM: h2 then drops (and credits)
+            # whatever the peer still sends on it.
+            stream.state_machine.state = h2.stream.StreamState.CLOSED
+            stream.state_machine.stream_closed_by = h2.stream.StreamClosedBy.SEND_RST_STREAM
+        frames: list[Frame] = [RstStreamFrame(event.stream_id, error_code=event.error_code)]
+        if isinstance(frame, DataFrame):
+            # Counted against the connection window, and nobody will read it.
+            increment = self._inbound_flow_control_window_manager.process_bytes(
+                frame.flow_controlled_length
+            )
+            if increment:
+                frames.append(WindowUpdateFrame(0, window_increment=increment))
+        self._prepare_for_sending(frames)
+        return [event]
