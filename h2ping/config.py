@@ -12,6 +12,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 #: AWS Global Accelerator cuts a flow after this long without application bytes.
@@ -312,5 +313,5 @@ class Config:
         """The name in log lines: ``--name``, else the upstream host."""
         return self.name or self.upstream.host
 
-    def replace(self, **changes: object) -> Config:
+    def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)

@@ -390,7 +390,12 @@ def _default_text(flag: _Flag) -> str:
     if flag.shown_default is not None:
         return flag.shown_default
     default = next(f for f in dataclasses.fields(Config) if f.name == flag.field)
-    value = default.default_factory() if default.default is dataclasses.MISSING else default.default
+    if default.default is not dataclasses.MISSING:
+        value = default.default
+    elif default.default_factory is not dataclasses.MISSING:
+        value = default.default_factory()
+    else:  # a field without a default (the upstream) shows none
+        return ""
     if isinstance(value, float):
         return format_duration(value)
     return str(value).lower() if isinstance(value, bool) else str(value)

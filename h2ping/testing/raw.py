@@ -60,7 +60,7 @@ class RawPeer:
         """HEADERS (plus CONTINUATION frames when the block exceeds 16 KiB)."""
         block = self.encoder.encode(headers)
         pieces = [block[i : i + 16384] for i in range(0, len(block), 16384)] or [b""]
-        frames = []
+        frames: list[HeadersFrame | ContinuationFrame] = []
         for i, piece in enumerate(pieces):
             flags = ["END_HEADERS"] if i == len(pieces) - 1 else []
             if i == 0:
