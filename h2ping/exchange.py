@@ -22,7 +22,8 @@ from h2.errors import ErrorCodes
 from . import errors
 from .config import Upstream
 from .errors import UpstreamError
-from .headers import Header, MalformedResponse, request_headers, response_head
+from .fields import Header
+from .headers import MalformedResponse, request_headers, response_head
 from .http1 import Request, ResponseWriter
 from .pool import Pool
 from .retry import BUDGET_REACHED, KeptBody, RetryBudget

@@ -13,7 +13,7 @@ from __future__ import annotations
 import http
 from typing import Protocol
 
-from .headers import Header
+from .fields import Header
 
 #: Limits on a request head. Beyond them: 414 for the target, 431 for the fields.
 MAX_TARGET_BYTES = 16 * 1024

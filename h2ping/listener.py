@@ -21,7 +21,7 @@ from typing import Protocol, cast
 
 import httptools
 
-from .headers import Header
+from .fields import Header
 from .http1 import (
     MAX_HEAD_BYTES,
     MAX_TARGET_BYTES,

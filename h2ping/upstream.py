@@ -33,9 +33,9 @@ from h2.errors import ErrorCodes
 from . import errors
 from .config import Config
 from .errors import UpstreamError, describe_h2_error
+from .fields import Header
 from .frames import FloodError, FrameSizeError, FrameSplitter
 from .h2conn import H2Connection, StreamFault
-from .headers import Header
 from .liveness import Liveness
 from .logs import plural
 from .stats import Stats

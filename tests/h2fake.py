@@ -22,7 +22,7 @@ from hyperframe.frame import (
 
 from h2ping.config import Config, parse_upstream
 from h2ping.errors import UpstreamError
-from h2ping.headers import Header
+from h2ping.fields import Header
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 REQUEST: list[Header] = [
