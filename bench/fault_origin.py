@@ -34,6 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import hpack
 from h2.errors import ErrorCodes
+from procs import run_on_uvloop
 
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
@@ -186,12 +187,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--window", type=int, default=65535, help="stream receive window")
     args = parser.parse_args()
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(args))
-    else:
-        uvloop.run(serve(args))
+    run_on_uvloop(serve(args))
 
 
 if __name__ == "__main__":

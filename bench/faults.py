@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from procs import BenchError, find_tool
+from procs import BenchError, find_tool, write_results
 
 BENCH_DIR = Path(__file__).resolve().parent
 PEERS = ("h2ping", "go")
@@ -622,9 +622,7 @@ def main(argv: list[str] | None = None) -> int:
             f"loadavg {' '.join(doc['loadavg_start'])} -> {' '.join(doc['loadavg_end'])}"
         )
         print(render(doc["results"], peers))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    print(f"wrote {args.out}")
+    write_results(doc, args.out)
     return code
 
 

@@ -16,6 +16,8 @@ import resource
 import sys
 import time
 
+from procs import run_on_uvloop
+
 
 class Exchange(asyncio.Protocol):
     """One request on its own connection; resolves ``done`` with an outcome string."""
@@ -132,12 +134,7 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if args.n + 100 > hard:
         sys.exit(f"inflight_client: {args.n} connections need more than RLIMIT_NOFILE={hard}")
-    try:
-        import uvloop
-    except ImportError:
-        report = asyncio.run(run(args))
-    else:
-        report = uvloop.run(run(args))
+    report = run_on_uvloop(run(args))
     print(json.dumps(report), flush=True)
 
 

@@ -6,7 +6,9 @@ children it forked (nghttpx runs a worker process, for instance).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import resource
 import shutil
@@ -14,8 +16,12 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class BenchError(RuntimeError):
@@ -188,3 +194,19 @@ def raise_nofile(target: int = 200_000) -> int:
         except (ValueError, OSError):
             continue
     return soft
+
+
+def run_on_uvloop(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` on uvloop when it is installed (as h2ping does), else asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def write_results(doc: dict[str, Any], out: Path) -> None:
+    """Write one run's results as JSON and say where."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    print(f"wrote {out}")

@@ -11,7 +11,6 @@ import argparse
 import datetime
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import shutil
@@ -23,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from procs import find_tool  # stdlib only, unlike the other bench modules
+from procs import find_tool, write_results  # stdlib only, unlike the other bench modules
 
 BENCH_DIR = Path(__file__).resolve().parent
 SSE_SCENARIOS = ("sse_500", "sse_1000", "sse_2000")
@@ -254,9 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     doc["wall_seconds"] = round(time.monotonic() - started, 1)
     doc["loadavg_end"] = _loadavg()
     print_summary(doc)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    print(f"wrote {args.out}")
+    write_results(doc, args.out)
     return code
 
 

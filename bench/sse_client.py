@@ -25,7 +25,7 @@ import sys
 import time
 
 import httptools
-from procs import tree_cpu_seconds
+from procs import run_on_uvloop, tree_cpu_seconds
 
 
 class Window:
@@ -208,12 +208,7 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     if args.streams + 100 > hard:
         sys.exit(f"sse_client: {args.streams} streams need more than RLIMIT_NOFILE={hard}")
-    try:
-        import uvloop
-    except ImportError:
-        report = asyncio.run(run(args))
-    else:
-        report = uvloop.run(run(args))
+    report = run_on_uvloop(run(args))
     print(json.dumps(report), flush=True)
 
 

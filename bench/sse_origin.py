@@ -32,6 +32,7 @@ import time
 from urllib.parse import parse_qs, urlsplit
 
 import hpack
+from procs import run_on_uvloop
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
@@ -361,12 +362,7 @@ def main() -> None:
     parser.add_argument("--cert", required=True, help="PEM certificate chain")
     parser.add_argument("--key", required=True, help="PEM private key")
     args = parser.parse_args()
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(serve(args))
-    else:
-        uvloop.run(serve(args))
+    run_on_uvloop(serve(args))
     sys.exit(0)
 
 
