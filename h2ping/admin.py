@@ -22,6 +22,7 @@ import httptools
 
 from ._version import __version__
 from .config import HostPort
+from .proxy import AdminListenError
 
 if TYPE_CHECKING:
     from .proxy import Proxy
@@ -40,14 +41,6 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             431: "Request Header Fields Too Large", 500: "Internal Server Error",
             503: "Service Unavailable"}  # fmt: skip
-
-
-class AdminListenError(OSError):
-    """The admin address could not be bound; ``address`` says which one it was."""
-
-    def __init__(self, address: HostPort, cause: OSError) -> None:
-        super().__init__(cause.errno, cause.strerror or str(cause))
-        self.address = address
 
 
 class AdminServer:

@@ -24,13 +24,11 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from ._version import __version__
-from .admin import AdminListenError
 from .config import Config
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
 from .logs import LIFECYCLE, setup_logging
-from .proxy import BindError, Proxy, bind_listener
+from .proxy import AdminListenError, BindError, Proxy, bind_listener
 from .sockets import raise_nofile_limit
-from .workers import run_workers
 
 log = logging.getLogger("h2ping")
 #: Start and stop lines, written at every -log-level.
@@ -176,6 +174,8 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
 
 def _run_workers(config: Config) -> int:
     """The parent of ``-workers N``: binds the one socket, forks, writes the ready file."""
+    from .workers import run_workers  # not needed by a single process
+
     try:
         sock = bind_listener(config.listen)
     except BindError as exc:

@@ -12,9 +12,8 @@ import asyncio
 import logging
 import socket
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .admin import AdminServer
 from .config import Config, HostPort, parse_listen, parse_upstream
 from .dial import load_ca_file
 from .errors import UpstreamError
@@ -28,6 +27,9 @@ from .retry import RetryBudget
 from .stats import Stats
 from .upstream import ConnState
 
+if TYPE_CHECKING:
+    from .admin import AdminServer
+
 log = logging.getLogger("h2ping")
 
 
@@ -37,6 +39,14 @@ LISTEN_BACKLOG = 4096
 
 class BindError(OSError):
     """The listen address could not be bound; ``address`` says which one it was."""
+
+    def __init__(self, address: HostPort, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.address = address
+
+
+class AdminListenError(OSError):
+    """The admin address could not be bound; ``address`` says which one it was."""
 
     def __init__(self, address: HostPort, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause))
@@ -179,6 +189,8 @@ class Proxy:
             self.lag = LagMonitor(config.loop_lag_interval)
             self.lag.start()
         if config.admin_listen is not None:
+            from .admin import AdminServer  # only with -admin-listen: not in every process
+
             admin = AdminServer(self, config.admin_listen)
             try:
                 await admin.start()  # raises AdminListenError, an OSError
