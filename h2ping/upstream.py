@@ -49,8 +49,11 @@ CONNECTION_WINDOW = 64 * 1024 * 1024
 #: Request-body back-pressure, both marks in one place: the exchange pauses reading
 #: the client once more than SEND_HIGH_WATER waits to be sent upstream, and the
 #: stream tells it to resume (on_send_ready) when that drops below SEND_LOW_WATER.
-SEND_HIGH_WATER = 256 * 1024
-SEND_LOW_WATER = 64 * 1024
+#: An upload the peer's windows hold back thus keeps at most this plus one client
+#: read in memory; more would not send any sooner, as the client's next read is
+#: at hand when a WINDOW_UPDATE comes.
+SEND_HIGH_WATER = 64 * 1024
+SEND_LOW_WATER = 16 * 1024
 #: At most this much request body becomes DATA frames per callback.
 PUMP_BATCH = 256 * 1024
 #: At most about this much of what the upstream sent is handled per loop turn

@@ -1,24 +1,25 @@
-"""Memory of a real ``python -m h2ping``: what it loads to serve."""
+"""Memory: what a real ``python -m h2ping`` loads to serve, and what an upload holds."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import signal
 import sys
+from collections.abc import Callable
 
 import aiohttp
 import pytest
 
 from h2ping.testing import ScriptedRequest
 
-from .conftest import TLSFiles, free_port, scripted, wait_for_port
-
-# The loop here only runs the test's clients and upstream; the process picks its own.
-pytestmark = pytest.mark.asyncio(loop_factories=["uvloop"])
+from .conftest import TLSFiles, free_port, running_proxy, scripted, wait_for_port
 
 #: Modules for flags, paths and formats a plain proxy does not use: -admin-listen,
 #: -workers, -log-format json, and the http enum of status names.
 RARE_PATH_MODULES = {"h2ping.admin", "h2ping.workers", "ctypes", "json", "datetime", "http"}
+MIB = 1024 * 1024
 
 
 async def answer(request: ScriptedRequest) -> None:
@@ -26,6 +27,8 @@ async def answer(request: ScriptedRequest) -> None:
     await request.respond(200, body=b"ok")
 
 
+# The loop here only runs the test's client and upstream; the process picks its own.
+@pytest.mark.asyncio(loop_factories=["uvloop"])
 async def test_serving_loads_no_module_of_a_rare_path(tls: TLSFiles) -> None:
     """Each module costs resident memory for the process's whole life: the serving
     path (start, one request, stop) must not load those only other paths need."""
@@ -56,3 +59,62 @@ async def test_serving_loads_no_module_of_a_rare_path(tls: TLSFiles) -> None:
     }
     assert "h2ping.proxy" in imported  # the output is what it should be
     assert not imported & RARE_PATH_MODULES, sorted(imported & RARE_PATH_MODULES)
+
+
+async def settled(value: Callable[[], int], timeout: float = 10.0) -> int:
+    """``value()`` once it is above 0 and has not changed for 0.3 s."""
+    async with asyncio.timeout(timeout):
+        last, same = -1, 0
+        while same < 6:
+            await asyncio.sleep(0.05)
+            now = value()
+            same = same + 1 if now == last and now > 0 else 0
+            last = now
+    return last
+
+
+async def test_an_upload_held_back_upstream_keeps_about_one_read_in_memory(tls: TLSFiles) -> None:
+    """While the peer's stream window holds a body back, the proxy stops reading the
+    client with little of it queued (the send mark and one read: 192 KiB); the rest
+    waits in the kernel's socket buffers, where it costs the process nothing."""
+    reading = asyncio.Event()
+
+    async def handler(request: ScriptedRequest) -> None:
+        await reading.wait()
+        digest = hashlib.sha256()
+        while chunk := await request.read():
+            digest.update(chunk)
+        await request.respond(200, body=digest.hexdigest().encode())
+
+    body = os.urandom(MIB) * 16
+    async with (
+        scripted(tls, handler) as up,  # stream windows of 65,535 bytes
+        running_proxy(up.url, tls, retry_body_limit=0) as proxy,
+    ):
+        reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+        writer.write(
+            b"POST /up HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+            % len(body)
+        )
+
+        async def send() -> None:
+            for start in range(0, len(body), MIB):
+                writer.write(body[start : start + MIB])
+                await writer.drain()
+
+        sending = asyncio.create_task(send())
+        assert proxy.pool is not None
+        pool = proxy.pool
+
+        def queued() -> int:
+            return sum(s.pending_bytes for c in pool.connections for s in c.streams.values())
+
+        held = await settled(queued)
+        assert not sending.done(), "the whole body went in: nothing held it back"
+        assert held <= 256 * 1024, f"{held} bytes of one upload queued in the proxy"
+        reading.set()
+        await asyncio.wait_for(sending, 30)
+        response = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+    assert response.startswith(b"HTTP/1.1 200 ")
+    assert hashlib.sha256(body).hexdigest().encode() in response

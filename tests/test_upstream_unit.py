@@ -21,6 +21,7 @@ from h2ping.stats import Stats
 from h2ping.upstream import (
     CONNECTION_WINDOW,
     PUMP_BATCH,
+    SEND_LOW_WATER,
     STREAM_WINDOW,
     ConnState,
     SlotLost,
@@ -210,11 +211,12 @@ async def test_request_body_waits_for_window_updates() -> None:
     h.feed(h.server.window_update(1, 100_000))
     frames = await h.sent()
     assert data_bytes(frames, 1) == 100_000 and not of(DataFrame, frames)[-1].flags
-    assert sink.send_ready == 1  # below the low-water mark: the client's reads resume
+    assert stream.pending_bytes > SEND_LOW_WATER and not sink.send_ready
     h.feed(h.server.window_update(1, 100_000))
     frames = await h.sent()
     assert data_bytes(frames, 1) == 50_000 and "END_STREAM" in of(DataFrame, frames)[-1].flags
     assert stream.local_ended and stream.pending_bytes == 0
+    assert sink.send_ready == 1  # below the low-water mark: the client's reads resume
 
 
 async def test_a_full_socket_buffer_stops_turning_body_into_frames() -> None:
