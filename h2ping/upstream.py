@@ -54,7 +54,11 @@ CONNECTION_WINDOW = 64 * 1024 * 1024
 #: at hand when a WINDOW_UPDATE comes.
 SEND_HIGH_WATER = 64 * 1024
 SEND_LOW_WATER = 16 * 1024
-#: At most this much request body becomes DATA frames per callback.
+#: At most this much request body becomes DATA frames between two writes to the
+#: socket, over all of a connection's streams (they take turns): so one write
+#: stays this size, and so does TLS's buffer for it, which keeps the size of the
+#: largest write it ever took; and the transport's pause_writing() acts before
+#: more is framed. Else ten uploads with 1 MiB windows left 6 MB of it behind.
 PUMP_BATCH = 256 * 1024
 #: At most about this much of what the upstream sent is handled per loop turn
 #: (its DATA delivered to clients included), so that one response moving at
@@ -205,7 +209,9 @@ class UpstreamConnection(asyncio.Protocol):
         self._ready: asyncio.Future[None] = self._loop.create_future()
         self._transport: asyncio.Transport | None = None
         self._flush_scheduled = False
-        self._blocked: set[UpstreamStream] = set()  # streams whose body waits to be sent
+        # Streams whose body waits to be sent, in the order they take turns.
+        self._blocked: dict[UpstreamStream, None] = {}
+        self._unflushed = 0  # DATA bytes framed since the last write (PUMP_BATCH)
         self._write_paused = False
         self._pumps_scheduled = False
         self._inbound_turn: asyncio.Handle | None = None  # the next batch of inbound frames
@@ -568,11 +574,12 @@ class UpstreamConnection(asyncio.Protocol):
         h2conn = self._h2
         queue = stream._outq
         was_high = stream.pending_bytes >= SEND_LOW_WATER
-        budget = PUMP_BATCH  # per call: a large window must not stall the event loop
+        budget = PUMP_BATCH - self._unflushed
+        spent = False
         try:
             while queue and not self._write_paused:
                 if budget <= 0:
-                    self._schedule_pumps()
+                    spent = True
                     break
                 window = h2conn.local_flow_control_window(stream.stream_id)
                 if window <= 0:
@@ -596,10 +603,15 @@ class UpstreamConnection(asyncio.Protocol):
         except h2.exceptions.StreamClosedError:
             queue.clear()
             stream.pending_bytes = 0
+        self._unflushed = PUMP_BATCH - budget
         if queue:
-            self._blocked.add(stream)
+            if spent:  # to the back: the others go first once this is written
+                self._blocked.pop(stream, None)
+                self._schedule_flush()
+                self._schedule_pumps()
+            self._blocked[stream] = None
         else:
-            self._blocked.discard(stream)
+            self._blocked.pop(stream, None)
             if stream.local_ended and stream.remote_ended:
                 self._forget(stream)
         self._schedule_flush()
@@ -618,6 +630,10 @@ class UpstreamConnection(asyncio.Protocol):
         for stream in list(self._blocked):
             if self._write_paused:
                 break
+            if self._unflushed >= PUMP_BATCH:  # the rest keep their place at the front
+                self._schedule_flush()
+                self._schedule_pumps()
+                break
             if not stream.closed:
                 self._pump(stream)
 
@@ -635,9 +651,7 @@ class UpstreamConnection(asyncio.Protocol):
             if stream is not None and stream in self._blocked:
                 self._pump(stream)
             return
-        for stream in list(self._blocked):
-            if not stream.closed:
-                self._pump(stream)
+        self._pump_blocked()
 
     def _ack(self, stream_id: int, nbytes: int) -> None:
         try:
@@ -658,7 +672,7 @@ class UpstreamConnection(asyncio.Protocol):
             return
         stream.closed = True
         self.streams.pop(stream.stream_id, None)
-        self._blocked.discard(stream)
+        self._blocked.pop(stream, None)
         stream._outq.clear()
         if self.state is ConnState.CLOSED:
             return  # nothing to give back or to tell: _end is failing every stream
@@ -679,6 +693,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._unflushed = 0
         data = self._h2.data_to_send()
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
