@@ -26,6 +26,7 @@ from typing import Any
 from ._version import __version__
 from .config import Config
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
+from .heap import HeapTrimmer
 from .logs import LIFECYCLE, setup_logging
 from .proxy import AdminListenError, BindError, Proxy, bind_listener
 from .sockets import raise_nofile_limit
@@ -133,6 +134,9 @@ async def serve(
     except AdminListenError as exc:  # not "cannot bind": that is the launcher's -listen hint
         log.error("cannot serve -admin-listen on %s: %s", exc.address, _reason(exc))
         return 1
+    # Process-wide, like the open-file limit: here and not in Proxy, which others embed.
+    trimmer = HeapTrimmer()
+    trimmer.start()
     try:
         if config.ready_file is not None and not write_ready_file(config.ready_file):
             await proxy.stop(grace=0)
@@ -156,6 +160,7 @@ async def serve(
         lifecycle.info("stopped: %s", proxy.summary())
         return 0
     finally:
+        trimmer.stop()
         remove_ready_file(config.ready_file)
 
 

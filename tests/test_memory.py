@@ -1,10 +1,13 @@
-"""Memory: what a real ``python -m h2ping`` loads to serve, and what an upload holds."""
+"""Memory: what a real ``python -m h2ping`` loads to serve, what uploads hold, and
+that freed memory goes back to the system."""
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import hashlib
 import os
+import platform
 import signal
 import sys
 from collections.abc import Callable
@@ -12,13 +15,14 @@ from collections.abc import Callable
 import aiohttp
 import pytest
 
+from h2ping.heap import CHECK_INTERVAL, HeapTrimmer, anon_resident_bytes
 from h2ping.testing import ScriptedRequest
 
 from .conftest import TLSFiles, free_port, running_proxy, scripted, wait_for_port
 
 #: Modules for flags, paths and formats a plain proxy does not use: -admin-listen,
 #: -workers, -log-format json, and the http enum of status names.
-RARE_PATH_MODULES = {"h2ping.admin", "h2ping.workers", "ctypes", "json", "datetime", "http"}
+RARE_PATH_MODULES = {"h2ping.admin", "h2ping.workers", "json", "datetime", "http"}
 MIB = 1024 * 1024
 
 
@@ -118,3 +122,34 @@ async def test_an_upload_held_back_upstream_keeps_about_one_read_in_memory(tls: 
         writer.close()
     assert response.startswith(b"HTTP/1.1 200 ")
     assert hashlib.sha256(body).hexdigest().encode() in response
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="gives memory back on glibc only")
+async def test_free_heap_memory_goes_back_to_the_system() -> None:
+    """Large blocks freed between blocks still in use: glibc keeps their pages
+    resident until the trimmer, at its next look, hands them back."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    size = 256 * 1024
+    trimmer = HeapTrimmer()
+    assert trimmer.start()
+    # Freeing a large mapped block raises glibc's mmap threshold past it, so the
+    # blocks below come from the heap, as a proxy's buffers do.
+    libc.free(libc.malloc(4 * MIB))
+    blocks = [libc.malloc(size) for _ in range(40)]
+    try:
+        for block in blocks:
+            ctypes.memset(block, 1, size)
+        touched = anon_resident_bytes()
+        for block in blocks[::2]:  # each between two still in use: nothing to coalesce
+            libc.free(block)
+        held = anon_resident_bytes()
+        assert held > touched - MIB, "glibc gave the pages back by itself"
+        await asyncio.sleep(CHECK_INTERVAL * 1.5)
+        assert anon_resident_bytes() < held - 3 * MIB
+    finally:
+        trimmer.stop()
+        for block in blocks[1::2]:
+            libc.free(block)
