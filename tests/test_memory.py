@@ -124,6 +124,74 @@ async def test_an_upload_held_back_upstream_keeps_about_one_read_in_memory(tls: 
     assert hashlib.sha256(body).hexdigest().encode() in response
 
 
+def anon_rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon line")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
+@pytest.mark.asyncio(loop_factories=["uvloop"])
+async def test_uploads_with_open_windows_take_little_and_give_it_back(tls: TLSFiles) -> None:
+    """Ten concurrent uploads, too large to keep for replay, to an upstream whose
+    1 MiB stream windows let them all send: a real process holds a few MB while
+    they stream, not their windows' worth, and a few seconds after they end it
+    is back near where it started."""
+
+    async def handler(request: ScriptedRequest) -> None:
+        digest = hashlib.sha256()
+        while chunk := await request.read():
+            digest.update(chunk)
+        await request.respond(200, body=digest.hexdigest().encode())
+
+    body = os.urandom(MIB) * 8
+    port = free_port()
+    async with scripted(tls, handler, initial_window_size=MIB) as up:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "h2ping",
+            "-listen", f"127.0.0.1:{port}", "-upstream", up.url, "-ca-file", tls.ca_file,
+            "-retry-body-limit", str(MIB),
+        )  # fmt: skip
+        try:
+            await wait_for_port(port, timeout=10)
+            url = f"http://127.0.0.1:{port}/up"
+            async with aiohttp.ClientSession() as session:
+                async with session.post(url, data=b"warm") as resp:
+                    assert resp.status == 200
+                await asyncio.sleep(1.5)  # startup settles
+                idle = anon_rss(proc.pid)
+                peak = idle
+                done = False
+
+                async def sample() -> None:
+                    nonlocal peak
+                    while not done:
+                        peak = max(peak, anon_rss(proc.pid))
+                        await asyncio.sleep(0.02)
+
+                async def upload() -> bytes:
+                    async with session.post(url, data=body) as resp:
+                        return await resp.read()
+
+                sampler = asyncio.create_task(sample())
+                digests = await asyncio.gather(*(upload() for _ in range(10)))
+                done = True
+                await sampler
+            assert set(digests) == {hashlib.sha256(body).hexdigest().encode()}
+            after = anon_rss(proc.pid)
+            for _ in range(50):
+                await asyncio.sleep(0.1)
+                after = min(after, anon_rss(proc.pid))
+        finally:
+            proc.send_signal(signal.SIGINT)
+            await asyncio.wait_for(proc.wait(), 10)
+    figures = f"anonymous RSS idle {idle}, peak {peak}, 5 s after {after}"
+    assert peak - idle < 8 * MIB, figures
+    assert after - idle < 3 * MIB, figures
+
+
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="gives memory back on glibc only")
 async def test_free_heap_memory_goes_back_to_the_system() -> None:
     """Large blocks freed between blocks still in use: glibc keeps their pages
