@@ -59,7 +59,8 @@ SEND_LOW_WATER = 16 * 1024
 #: stays this size, and so does TLS's buffer for it, which keeps the size of the
 #: largest write it ever took; and the transport's pause_writing() acts before
 #: more is framed. Else ten uploads with 1 MiB windows left 6 MB of it behind.
-PUMP_BATCH = 256 * 1024
+#: 256 KiB cost 5 % more CPU per uploaded byte (more, smaller writes).
+PUMP_BATCH = 512 * 1024
 #: At most about this much of what the upstream sent is handled per loop turn
 #: (its DATA delivered to clients included), so that one response moving at
 #: full speed leaves the event loop to the others.
