@@ -159,11 +159,8 @@ class H2Connection(h2.connection.H2Connection):
         if stream is None:
             return False
         machine = stream.state_machine
-        if (
-            machine.state not in _RECEIVING
-            or not machine.headers_received
-            or machine.trailers_received
-        ):
+        # (Trailers end the stream, or fault it: either way it is not receiving.)
+        if machine.state not in _RECEIVING or not machine.headers_received:
             return False
         connection_window = self._inbound_flow_control_window_manager
         stream_window = stream._inbound_window_manager
