@@ -57,6 +57,36 @@ class RequestHandler(Protocol):
 HandlerFactory = Callable[[Request, ResponseWriter], RequestHandler]
 
 
+class OutputFlusher:
+    """Writes the output queued on client connections, each in one write, from a
+    single callback per loop iteration: many streams' events in one iteration cost
+    one scheduled callback, not one per connection."""
+
+    __slots__ = ("_dirty", "_loop", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._dirty: list[ClientConnection] = []
+        self._scheduled = False
+
+    def add(self, conn: ClientConnection) -> None:
+        self._dirty.append(conn)
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush_all)
+
+    def _flush_all(self) -> None:
+        self._scheduled = False
+        dirty, self._dirty = self._dirty, []
+        for conn in dirty:
+            try:
+                conn._flush()
+            except Exception:  # one connection's bug must not hold back the others' output
+                log.exception("writing to a client connection failed")
+                conn.unqueue(0)
+                conn.abort()
+
+
 class ListenerLimits:
     """Time limits for client connections (seconds)."""
 
@@ -76,6 +106,7 @@ class ClientConnection(asyncio.Protocol):
         registry: set[ClientConnection],
         stats: Stats,
         limits: ListenerLimits,
+        flusher: OutputFlusher | None = None,
     ) -> None:
         self._factory = handler_factory
         self._registry = registry
@@ -84,6 +115,7 @@ class ClientConnection(asyncio.Protocol):
         # Kept: asyncio.get_running_loop() makes a getpid() system call (its
         # fork check), which cost a tenth of the CPU of streamed responses.
         self._loop = asyncio.get_running_loop()
+        self._flusher = flusher or OutputFlusher(self._loop)
         self._transport: asyncio.Transport | None = None
         self._write_batch: Callable[[list[bytes]], None]  # set with the transport
         self._parser = httptools.HttpRequestParser(self)
@@ -324,7 +356,7 @@ class ClientConnection(asyncio.Protocol):
         self._out.extend(parts)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self._flusher.add(self)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

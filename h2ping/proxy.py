@@ -21,7 +21,7 @@ from .errors import UpstreamError
 from .exchange import Exchange, ExchangeContext
 from .http1 import Request, ResponseWriter
 from .lag import LagMonitor
-from .listener import ClientConnection, ListenerLimits
+from .listener import ClientConnection, ListenerLimits, OutputFlusher
 from .logs import plural
 from .pool import Pool
 from .retry import RetryBudget
@@ -164,9 +164,12 @@ class Proxy:
             sock = bind_listener(config.listen)
         loop = asyncio.get_running_loop()
         limits = ListenerLimits(config.header_timeout, config.client_idle_timeout)
+        flusher = OutputFlusher(loop)
         try:
             self._server = await loop.create_server(
-                lambda: ClientConnection(self._new_exchange, self.clients, self.stats, limits),
+                lambda: ClientConnection(
+                    self._new_exchange, self.clients, self.stats, limits, flusher
+                ),
                 sock=sock,
                 backlog=LISTEN_BACKLOG,
             )
