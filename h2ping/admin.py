@@ -6,6 +6,9 @@ no extra dependency and cannot disturb forwarding: ``/healthz`` and ``/metrics``
 answered at once from counters, and ``/readyz`` waits at most ``READY_TIMEOUT``
 for an upstream connection, in its own task.
 
+With ``--workers N`` worker 1 serves it for all (:mod:`h2ping.siblings`):
+``/metrics`` adds up every worker's numbers, waiting at most ``METRICS_TIMEOUT``
+for the others, and ``/readyz`` is ready only when every worker serves.
 ``/metrics`` is written by :mod:`h2ping.metrics`.
 """
 
@@ -18,7 +21,8 @@ from typing import TYPE_CHECKING, cast
 import httptools
 
 from .config import HostPort
-from .metrics import Metrics
+from .metrics import Metrics, Snapshot, Workers, render
+from .siblings import Siblings
 
 if TYPE_CHECKING:
     from .proxy import Proxy
@@ -27,6 +31,8 @@ log = logging.getLogger("h2ping.admin")
 
 #: How long /readyz may wait for an upstream connection; below a probe's usual 1 s+.
 READY_TIMEOUT = 0.9
+#: How long /metrics waits for the other workers; a healthy one answers in a millisecond.
+METRICS_TIMEOUT = 1.0
 #: A connection that has not sent a whole request by then is closed.
 REQUEST_TIMEOUT = 10.0
 #: Requests to the admin endpoint have no business being bigger than this.
@@ -48,11 +54,13 @@ class AdminListenError(OSError):
 
 
 class AdminServer:
-    """Serves the admin endpoint of one :class:`~h2ping.proxy.Proxy`."""
+    """Serves the admin endpoint of one :class:`~h2ping.proxy.Proxy`, and with
+    ``siblings`` of the other workers too."""
 
-    def __init__(self, proxy: Proxy, listen: HostPort) -> None:
+    def __init__(self, proxy: Proxy, listen: HostPort, siblings: Siblings | None = None) -> None:
         self._proxy = proxy
         self._listen = listen
+        self._siblings = siblings
         self.metrics = Metrics(proxy)
         self.port = 0
         self._server: asyncio.AbstractServer | None = None
@@ -76,12 +84,16 @@ class AdminServer:
             raise AdminListenError(self._listen, exc) from exc
         self._server = server
         self.port = server.sockets[0].getsockname()[1]
+        if self._siblings is not None:
+            await self._siblings.start()
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
         for conn in list(self._connections):
             conn.abort()
+        if self._siblings is not None:
+            self._siblings.close()
         await asyncio.sleep(0)  # let the aborted connections cancel their tasks
 
     async def answer(self, method: str, path: str) -> tuple[int, str, str]:
@@ -93,11 +105,31 @@ class AdminServer:
         if path == "/healthz":
             return 200, TEXT, "ok\n"
         if path == "/readyz":
-            reason = await self._proxy.readiness(READY_TIMEOUT)
+            reason = await self._readiness()
             if reason is None:
                 return 200, TEXT, "ready\n"
             return 503, TEXT, f"not ready: {reason}\n"
-        return 200, PROMETHEUS_TEXT, self.metrics.render()
+        return 200, PROMETHEUS_TEXT, await self._metrics()
+
+    async def _readiness(self) -> str | None:
+        """Ours, and with workers every other worker's: serving, not draining. The
+        upstream check is ours alone: the workers share the host and its network."""
+        if self._siblings is None:
+            return await self._proxy.readiness(READY_TIMEOUT)
+        ours, theirs = await asyncio.gather(
+            self._proxy.readiness(READY_TIMEOUT), self._siblings.not_ready(READY_TIMEOUT)
+        )
+        return ours if ours is not None else theirs
+
+    async def _metrics(self) -> str:
+        siblings = self._siblings
+        if siblings is None:
+            return self.metrics.render()
+        theirs = await siblings.snapshots(METRICS_TIMEOUT)
+        # Ours last, once theirs are in: the freshest it can be.
+        total = sum(theirs, Snapshot.of(self._proxy))
+        workers = Workers(siblings.workers, reporting=1 + len(theirs))
+        return render(total, self._proxy.config, siblings.instance, workers)
 
 
 class _AdminConnection(asyncio.Protocol):
