@@ -29,6 +29,7 @@ from .config import Config
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
 from .logs import LIFECYCLE, setup_logging
 from .proxy import BindError, Proxy, bind_listener
+from .siblings import Links
 from .sockets import raise_nofile_limit
 from .workers import run_workers
 
@@ -94,11 +95,13 @@ async def serve(
     config: Config,
     sock: socket.socket | None = None,
     started: Callable[[], None] | None = None,
+    links: Links | None = None,
 ) -> int:
     """Run until SIGINT/SIGTERM, then drain. Returns the process exit code.
 
-    A worker passes the listening ``sock`` its parent bound, and ``started`` to
-    report that it serves; a single process binds here and writes the ready file.
+    A worker passes the listening ``sock`` its parent bound, ``started`` to report
+    that it serves, and its ``links`` to the others; a single process binds here
+    and writes the ready file.
     """
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_log_loop_exception)
@@ -125,7 +128,7 @@ async def serve(
     # A worker starts with these blocked, so that none arrives before the handlers.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     try:
-        await proxy.start(sock)
+        await proxy.start(sock, links)
     except ssl.SSLError as exc:  # an OSError too, but not the listener's
         log.error("ca-file %s: %s", config.ca_file, exc.reason or exc)
         return 1
@@ -161,9 +164,11 @@ async def serve(
         remove_ready_file(config.ready_file)
 
 
-def _serve_worker(config: Config, sock: socket.socket, started: Callable[[], None]) -> int:
+def _serve_worker(
+    config: Config, sock: socket.socket, started: Callable[[], None], links: Links | None
+) -> int:
     setup_logging(config)  # the worker's own name in its lines
-    return _run(serve(config, sock, started))
+    return _run(serve(config, sock, started, links))
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:

@@ -20,6 +20,7 @@ import pytest
 import trustme
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
+from prometheus_client.parser import text_string_to_metric_families
 
 from h2ping import Proxy
 
@@ -264,3 +265,18 @@ async def scripted(tls: TLSFiles, handler: Any, **options: Any) -> AsyncIterator
 
     async with ScriptedUpstream(handler, ssl_context=tls.server_context(), **options) as upstream:
         yield upstream
+
+
+async def scrape_metrics(session: aiohttp.ClientSession, url: str) -> dict[tuple[str, str], float]:
+    """GET ``url`` (a /metrics) through prometheus_client's own parser:
+    {(sample name, labels): value}."""
+    async with session.get(url) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        text = await resp.text()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[(sample.name, labels)] = sample.value
+    return samples
