@@ -83,8 +83,7 @@ class OutputFlusher:
                 conn._flush()
             except Exception:  # one connection's bug must not hold back the others' output
                 log.exception("writing to a client connection failed")
-                conn.unqueue(0)
-                conn.abort()
+                conn.abort()  # (what failed was taken off its queue)
 
 
 class ListenerLimits:
