@@ -28,11 +28,11 @@ Each takes the fast path only where h2 would do nothing else, and declines
 everything else, which then goes through h2 as before.
 
 This overrides two of h2's internal methods (``_receive_frame`` and
-``_begin_new_stream``), calls two more (``_receive_data_frame``,
-``_prepare_for_sending``) and reads and updates the window managers and the
-content-length count of h2's streams, all stable through h2 4.1-4.4;
-tests/test_stream_faults.py covers each fault, tests/test_h2conn_fast_unit.py
-holds the fast path to what h2 itself does.
+``_begin_new_stream``), uses more of them (its frame dispatch table,
+``_prepare_for_sending`` and the two ``_stream_is_closed_by_*`` checks), and
+reads and updates the window managers and the content-length count of h2's
+streams, all stable through h2 4.1-4.4; tests/test_stream_faults.py covers each
+fault, tests/test_h2conn_fast_unit.py holds the fast path to what h2 itself does.
 """
 
 from __future__ import annotations
@@ -201,15 +201,7 @@ class H2Connection(h2.connection.H2Connection):
 
     def _receive_frame(self, frame: Frame) -> list[h2.events.Event]:
         try:
-            if type(frame) is DataFrame:
-                # h2's own _receive_frame first formats the frame for a trace
-                # log that is off: the whole payload as hex, a seventh of the
-                # CPU of a download. For DATA it adds nothing else (its
-                # StreamClosedError handling is inside _receive_data_frame).
-                frames, events = self._receive_data_frame(frame)
-                self._prepare_for_sending(frames)
-                return events
-            return super()._receive_frame(frame)
+            return self._handle_frame(frame)
         except _Fault as fault:
             return self._reset_faulty(frame, fault.event)
         except h2.exceptions.StreamClosedError:
@@ -221,6 +213,31 @@ class H2Connection(h2.connection.H2Connection):
                 [RstStreamFrame(frame.stream_id, error_code=ErrorCodes.STREAM_CLOSED)]
             )
             return []
+
+    def _handle_frame(self, frame: Frame) -> list[h2.events.Event]:
+        """h2's own ``_receive_frame`` without its first step, which formats the
+        frame for a trace log that is off: for DATA the whole payload as hex (a
+        seventh of the CPU of a download), for HEADERS a few percent of a small
+        request's. What follows is h2's, step for step."""
+        try:
+            frames, events = self._frame_dispatch_table[frame.__class__](frame)
+        except h2.exceptions.StreamClosedError as exc:
+            # Closed by our RST_STREAM: a stream error, answered with another.
+            if not self._stream_is_closed_by_reset(exc.stream_id):
+                raise
+            self._prepare_for_sending([RstStreamFrame(exc.stream_id, error_code=exc.error_code)])
+            return exc._events
+        except h2.exceptions.StreamIDTooLowError as exc:
+            if self._stream_is_closed_by_reset(exc.stream_id):
+                self._prepare_for_sending(
+                    [RstStreamFrame(exc.stream_id, error_code=ErrorCodes.STREAM_CLOSED)]
+                )
+                return []
+            if self._stream_is_closed_by_end(exc.stream_id):
+                raise h2.exceptions.StreamClosedError(exc.stream_id) from exc
+            raise
+        self._prepare_for_sending(frames)
+        return events
 
     def _reset_faulty(self, frame: Frame, event: StreamFault) -> list[h2.events.Event]:
         stream = self.streams.get(event.stream_id)
