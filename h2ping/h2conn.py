@@ -49,6 +49,7 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
 
 from . import errors
+from .hpackcache import FieldCachingDecoder
 
 #: A header list up to this much above our limit is still decoded (so only its
 #: stream fails); beyond it decoding costs too much, and the connection ends.
@@ -141,6 +142,7 @@ class H2Connection(h2.connection.H2Connection):
 
     def __init__(self, config: h2.config.H2Configuration, header_list_limit: int) -> None:
         super().__init__(config=config)
+        self.decoder = FieldCachingDecoder()  # before any header block: a fresh state
         self.header_list_limit = header_list_limit
         # h2 would lower this to the advertised limit when a SETTINGS frame
         # changing it is acknowledged; ours goes out once, as an initial value
