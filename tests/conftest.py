@@ -22,6 +22,7 @@ from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 from prometheus_client.parser import text_string_to_metric_families
 
+import h2ping
 from h2ping import Proxy
 
 ASGIApp = Callable[
@@ -211,13 +212,21 @@ async def running_proxy(
         await assert_nothing_left(proxy)
 
 
+def _is_proxy_code(coro: object) -> bool:
+    """Whether a task runs h2ping's own code (not the test's, nor the test tools')."""
+    code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
+    filename = getattr(code, "co_filename", "")
+    package = pathlib.Path(h2ping.__file__).parent
+    return filename.startswith(str(package)) and not filename.startswith(str(package / "testing"))
+
+
 async def assert_nothing_left(proxy: Proxy) -> None:
     """After stop: no exchange, client, stream or task of the proxy's is left."""
     for _ in range(50):
         tasks = [
             t
             for t in asyncio.all_tasks()
-            if t is not asyncio.current_task() and "h2ping" in repr(t.get_coro())
+            if t is not asyncio.current_task() and _is_proxy_code(t.get_coro())
         ]
         if not tasks and not proxy.exchanges and not proxy.clients:
             break
