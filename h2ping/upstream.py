@@ -57,6 +57,8 @@ PUMP_BATCH = 256 * 1024
 #: (its DATA delivered to clients included), so that one response moving at
 #: full speed leaves the event loop to the others.
 INBOUND_BATCH = 64 * 1024
+#: The most one read takes from the socket: a turn's share, and a TLS record more.
+READ_SIZE = INBOUND_BATCH + 16 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
 
@@ -178,8 +180,12 @@ class StreamSlot:
         return f"<slot on conn {self.conn.id}{' spent' if self._spent else ''}>"
 
 
-class UpstreamConnection(asyncio.Protocol):
-    """An HTTP/2 client connection driven by inbound bytes, never by waiting readers."""
+class UpstreamConnection(asyncio.BufferedProtocol):
+    """An HTTP/2 client connection driven by inbound bytes, never by waiting readers.
+
+    A buffered protocol: the transport reads (and TLS decrypts) into a buffer of
+    ours. As a plain protocol, every TLS read allocated a fresh 256 KiB bytes
+    object and shrank it to what arrived (mmap, mremap and munmap, each read)."""
 
     def __init__(
         self,
@@ -211,6 +217,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._turn_end: asyncio.Handle | None = None  # resets _turn_taken
         self._stats = stats
         self._frames = FrameSplitter(plain_data=True)
+        self._read_buffer = memoryview(bytearray(READ_SIZE))
         self._liveness = Liveness(
             config.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
         )
@@ -331,6 +338,12 @@ class UpstreamConnection(asyncio.Protocol):
         self._h2.initiate_connection()
         self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self._flush()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(self._read_buffer[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
         # Any inbound byte proves the peer alive, even while a PING ACK is still
