@@ -34,6 +34,7 @@ import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -162,6 +163,7 @@ async def storm_case(run: Run) -> dict[str, Any]:
 async def fairness_case(run: Run) -> dict[str, Any]:
     from h1client import Connection
     from origin import HUGE_SIZE
+    from procs import tree_cpu_seconds
 
     idle_s = 2.0 if run.quick else 4.0
     port = await run.proxy(run.nginx)
@@ -200,9 +202,14 @@ async def fairness_case(run: Run) -> dict[str, Any]:
     smalls = [asyncio.create_task(small(i)) for i in range(SMALL_CONNECTIONS)]
     try:
         await asyncio.sleep(idle_s)
+        assert run.proxy_proc is not None
+        cpu_before = tree_cpu_seconds(run.proxy_proc.pid)
         download_at = time.monotonic()
         digest, download_s = await _download(port, f"{prefix}-download", timeout=120)
         download_end = time.monotonic()
+        proxy_cpu_share = (tree_cpu_seconds(run.proxy_proc.pid) - cpu_before) / (
+            download_end - download_at
+        )
         await asyncio.sleep(0.2)
     finally:
         stop.set()
@@ -218,12 +225,22 @@ async def fairness_case(run: Run) -> dict[str, Any]:
         "samples_during": len(during),
         "p50_during_over_idle": _ratio(during_fig.get("p50_ms"), idle_fig.get("p50_ms")),
         "download_mb_per_s": HUGE_SIZE / download_s / 1e6,
+        "proxy_cpu_share": proxy_cpu_share,
         "download_hash_ok": digest == zeros,
         "small_failures": dict(failures),
         "small_sent": sent,
         "processed_twice": sum(1 for n in processed.values() if n > 1),
         "hanging": failures.get("TimeoutError", 0),  # no answer within 30 s
     }
+
+
+def _warm_download(h1_port: int) -> None:
+    """One 200 MiB download straight from nginx before any peer's: the first read of
+    the file (page cache, nginx's buffers) is slower, and whichever peer ran first
+    paid for it (several times the small requests' latency)."""
+    curl = find_tool("curl") or "curl"
+    url = f"http://127.0.0.1:{h1_port}/200m"
+    subprocess.run([curl, "-sS", "-o", "/dev/null", url], check=True, timeout=120)
 
 
 async def _download(port: int, request_id: str, timeout: float) -> tuple[str, float]:
@@ -475,6 +492,7 @@ TABLE: dict[str, tuple[str, list[Row]]] = {
             ("p50 during / idle (target <= 2x)", lambda f: _x(f["p50_during_over_idle"])),
             ("samples during the download", lambda f: f["samples_during"]),
             ("download MB/s, hash ok", lambda f: _mbps(f)),
+            ("proxy CPU during the download", lambda f: f"{f['proxy_cpu_share']:.0%}"),
             ("small GETs failed", lambda f: _counts(f["small_failures"]) or "0"),
         ],
     ),
@@ -600,6 +618,8 @@ def main(argv: list[str] | None = None) -> int:
     started, code = time.monotonic(), 0
     try:
         ctx.nginx = start_origin(procs, tmp, access_log=ctx.access_log)
+        if "fairness" in names:
+            _warm_download(ctx.nginx.h1_port)
         doc["results"] = asyncio.run(run_all(ctx, peers, names))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -6,23 +6,24 @@ no extra dependency and cannot disturb forwarding: ``/healthz`` and ``/metrics``
 answered at once from counters, and ``/readyz`` waits at most ``READY_TIMEOUT``
 for an upstream connection, in its own task.
 
-``/metrics`` is the Prometheus text exposition format (version 0.0.4), written by
-hand from :class:`~h2ping.stats.Stats` and the proxy's gauges.
+With ``--workers N`` worker 1 serves it for all (:mod:`h2ping.siblings`):
+``/metrics`` adds up every worker's numbers, waiting at most ``METRICS_TIMEOUT``
+for the others, and ``/readyz`` is ready only when every worker serves.
+``/metrics`` is written by :mod:`h2ping.metrics`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
 import httptools
 
-from ._version import __version__
 from .config import HostPort
+from .metrics import Metrics, Snapshot, Workers, render
 from .proxy import AdminListenError
+from .siblings import Siblings
 
 if TYPE_CHECKING:
     from .proxy import Proxy
@@ -31,6 +32,8 @@ log = logging.getLogger("h2ping.admin")
 
 #: How long /readyz may wait for an upstream connection; below a probe's usual 1 s+.
 READY_TIMEOUT = 0.9
+#: How long /metrics waits for the other workers; a healthy one answers in a millisecond.
+METRICS_TIMEOUT = 1.0
 #: A connection that has not sent a whole request by then is closed.
 REQUEST_TIMEOUT = 10.0
 #: Requests to the admin endpoint have no business being bigger than this.
@@ -44,11 +47,13 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
 
 
 class AdminServer:
-    """Serves the admin endpoint of one :class:`~h2ping.proxy.Proxy`."""
+    """Serves the admin endpoint of one :class:`~h2ping.proxy.Proxy`, and with
+    ``siblings`` of the other workers too."""
 
-    def __init__(self, proxy: Proxy, listen: HostPort) -> None:
+    def __init__(self, proxy: Proxy, listen: HostPort, siblings: Siblings | None = None) -> None:
         self._proxy = proxy
         self._listen = listen
+        self._siblings = siblings
         self.metrics = Metrics(proxy)
         self.port = 0
         self._server: asyncio.AbstractServer | None = None
@@ -72,12 +77,16 @@ class AdminServer:
             raise AdminListenError(self._listen, exc) from exc
         self._server = server
         self.port = server.sockets[0].getsockname()[1]
+        if self._siblings is not None:
+            await self._siblings.start()
 
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
         for conn in list(self._connections):
             conn.abort()
+        if self._siblings is not None:
+            self._siblings.close()
         await asyncio.sleep(0)  # let the aborted connections cancel their tasks
 
     async def answer(self, method: str, path: str) -> tuple[int, str, str]:
@@ -89,11 +98,31 @@ class AdminServer:
         if path == "/healthz":
             return 200, TEXT, "ok\n"
         if path == "/readyz":
-            reason = await self._proxy.readiness(READY_TIMEOUT)
+            reason = await self._readiness()
             if reason is None:
                 return 200, TEXT, "ready\n"
             return 503, TEXT, f"not ready: {reason}\n"
-        return 200, PROMETHEUS_TEXT, self.metrics.render()
+        return 200, PROMETHEUS_TEXT, await self._metrics()
+
+    async def _readiness(self) -> str | None:
+        """Ours, and with workers every other worker's: serving, not draining. The
+        upstream check is ours alone: the workers share the host and its network."""
+        if self._siblings is None:
+            return await self._proxy.readiness(READY_TIMEOUT)
+        ours, theirs = await asyncio.gather(
+            self._proxy.readiness(READY_TIMEOUT), self._siblings.not_ready(READY_TIMEOUT)
+        )
+        return ours if ours is not None else theirs
+
+    async def _metrics(self) -> str:
+        siblings = self._siblings
+        if siblings is None:
+            return self.metrics.render()
+        theirs = await siblings.snapshots(METRICS_TIMEOUT)
+        # Ours last, once theirs are in: the freshest it can be.
+        total = sum(theirs, Snapshot.of(self._proxy))
+        workers = Workers(siblings.workers, reporting=1 + len(theirs))
+        return render(total, self._proxy.config, siblings.instance, workers)
 
 
 class _AdminConnection(asyncio.Protocol):
@@ -177,138 +206,3 @@ class _AdminConnection(asyncio.Protocol):
             head += "Allow: GET, HEAD\r\n"
         transport.write(head.encode() + b"\r\n" + (b"" if head_only else payload))
         transport.close()
-
-
-# --------------------------------------------------------------------- metrics
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    if isinstance(value, int):
-        return str(value)
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(value)
-
-
-class Metrics:
-    """Renders one proxy's counters and gauges as Prometheus text."""
-
-    def __init__(self, proxy: Proxy) -> None:
-        self._proxy = proxy
-
-    def render(self) -> str:
-        proxy = self._proxy
-        stats = proxy.stats
-        config = proxy.config
-        lines: list[str] = []
-
-        def family(name: str, kind: str, text: str, samples: Iterable[tuple[str, float]]) -> None:
-            lines.append(f"# HELP {name} {text}")
-            lines.append(f"# TYPE {name} {kind}")
-            for labels, value in samples:
-                lines.append(f"{name}{labels} {_number(value)}")
-
-        def counter(name: str, text: str, value: int) -> None:
-            family(f"h2ping_{name}_total", "counter", text, [("", value)])
-
-        info = {"version": __version__, "upstream": str(config.upstream)}
-        info["instance"] = config.instance_name
-        family(
-            "h2ping_info",
-            "gauge",
-            "Always 1; the labels describe this proxy.",
-            [("{" + ",".join(f'{k}="{_escape(v)}"' for k, v in info.items()) + "}", 1)],
-        )
-        in_flight = proxy.in_flight
-        outcomes = {
-            "ok": stats.completed,
-            "failed": stats.failed,
-            "aborted": stats.aborted,
-            "cancelled": stats.cancelled,
-            "rejected": stats.rejected,
-            "cut_at_shutdown": stats.cut_at_shutdown,
-        }
-        family(
-            "h2ping_requests_total",
-            "counter",
-            "Requests that ended, by outcome: ok; failed (answered 502); aborted (cut after "
-            "the response began); cancelled (the client left); rejected (malformed HTTP/1.1); "
-            "cut_at_shutdown (unfinished when the shutdown grace ran out).",
-            [(f'{{outcome="{k}"}}', v) for k, v in outcomes.items()],
-        )
-        family(
-            "h2ping_requests_in_flight",
-            "gauge",
-            "Requests received and not yet finished.",
-            [("", in_flight)],
-        )
-        classes = dict.fromkeys(("1xx", "2xx", "3xx", "4xx", "5xx"), 0)
-        classes.update(stats.responses)
-        family(
-            "h2ping_responses_total",
-            "counter",
-            "Responses sent to clients, by status class.",
-            [(f'{{status_class="{_escape(k)}"}}', v) for k, v in sorted(classes.items())],
-        )
-        states = {"open": 0, "draining": 0}
-        states.update(proxy.connection_states())
-        family(
-            "h2ping_upstream_connections",
-            "gauge",
-            "Upstream HTTP/2 connections by state (draining: after GOAWAY or retirement).",
-            [(f'{{state="{_escape(k)}"}}', v) for k, v in sorted(states.items())],
-        )
-        counter("upstream_connections_opened", "Upstream connections opened.",
-                stats.connections_opened)  # fmt: skip
-        counter("pings_sent", "HTTP/2 PINGs sent to the upstream.", stats.pings_sent)
-        counter("ping_acks", "PING ACKs received from the upstream.", stats.ping_acks)
-        rtt = stats.ping_rtt
-        family(
-            "h2ping_ping_rtt_seconds",
-            "histogram",
-            "Round-trip time of acknowledged PINGs.",
-            [
-                *((f'_bucket{{le="{_number(bound)}"}}', n) for bound, n in rtt.cumulative()),
-                ("_sum", rtt.total),
-                ("_count", rtt.count),
-            ],
-        )
-        if proxy.lag is not None:
-            lag = proxy.lag.histogram
-            family(
-                "h2ping_event_loop_lag_seconds",
-                "histogram",
-                f"How late a {proxy.lag.interval:g}s tick of the event loop ran.",
-                [
-                    *((f'_bucket{{le="{_number(bound)}"}}', n) for bound, n in lag.cumulative()),
-                    ("_sum", lag.total),
-                    ("_count", lag.count),
-                ],
-            )
-        counter("ping_timeouts", "Upstream connections declared dead: silent after a PING.",
-                stats.ping_timeouts)  # fmt: skip
-        counter("goaways", "GOAWAY frames received from the upstream.", stats.goaways)
-        counter("replays", "Refused requests sent again on another connection.", stats.replays)
-        counter("replays_refused_for_size",
-                "Refused requests not replayed because their body had not been kept.",
-                stats.replays_refused_for_size)  # fmt: skip
-        counter("unkept_bodies", "Bodies streamed without a replay guarantee "
-                "(max-buffered-bytes reached).", stats.unkept_bodies)  # fmt: skip
-        counter("retired_connections", "Connections retired by max-conn-age.", stats.retired)
-        family(
-            "h2ping_retry_buffer_bytes",
-            "gauge",
-            "Request body bytes kept for a possible replay right now.",
-            [("", stats.retry_buffer_bytes)],
-        )
-        family(
-            "h2ping_retry_buffer_limit_bytes",
-            "gauge",
-            "max-buffered-bytes: the cap on retry_buffer_bytes.",
-            [("", config.max_buffered_bytes)],
-        )
-        return "\n".join(lines) + "\n"

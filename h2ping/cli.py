@@ -21,7 +21,7 @@ import socket
 import ssl
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .config import Config
@@ -30,6 +30,9 @@ from .heap import HeapTrimmer
 from .logs import LIFECYCLE, setup_logging
 from .proxy import AdminListenError, BindError, Proxy, bind_listener
 from .sockets import raise_nofile_limit
+
+if TYPE_CHECKING:
+    from .siblings import Links
 
 log = logging.getLogger("h2ping")
 #: Start and stop lines, written at every -log-level.
@@ -93,11 +96,13 @@ async def serve(
     config: Config,
     sock: socket.socket | None = None,
     started: Callable[[], None] | None = None,
+    links: Links | None = None,
 ) -> int:
     """Run until SIGINT/SIGTERM, then drain. Returns the process exit code.
 
-    A worker passes the listening ``sock`` its parent bound, and ``started`` to
-    report that it serves; a single process binds here and writes the ready file.
+    A worker passes the listening ``sock`` its parent bound, ``started`` to report
+    that it serves, and its ``links`` to the others; a single process binds here
+    and writes the ready file.
     """
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(_log_loop_exception)
@@ -124,7 +129,7 @@ async def serve(
     # A worker starts with these blocked, so that none arrives before the handlers.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     try:
-        await proxy.start(sock)
+        await proxy.start(sock, links)
     except ssl.SSLError as exc:  # an OSError too, but not the listener's
         log.error("ca-file %s: %s", config.ca_file, exc.reason or exc)
         return 1
@@ -164,9 +169,11 @@ async def serve(
         remove_ready_file(config.ready_file)
 
 
-def _serve_worker(config: Config, sock: socket.socket, started: Callable[[], None]) -> int:
+def _serve_worker(
+    config: Config, sock: socket.socket, started: Callable[[], None], links: Links | None
+) -> int:
     setup_logging(config)  # the worker's own name in its lines
-    return _run(serve(config, sock, started))
+    return _run(serve(config, sock, started, links))
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:

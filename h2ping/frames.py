@@ -7,6 +7,13 @@ peer can send without limit (PING, SETTINGS, empty DATA) are counted, so a flood
 ends the connection instead of the process's CPU and memory (RFC 9113 10.5).
 Only the 9-byte frame headers are read; payloads pass through untouched.
 
+A third job is optional (``plain_data``): DATA frames with no flags (no
+END_STREAM, no padding) are handed out on their own, as their payload, so the
+client connection can deliver them without h2's per-frame machinery (see
+:meth:`h2ping.h2conn.H2Connection.take_plain_data`). Frames inside a header
+block (HEADERS or PUSH_PROMISE waiting for its CONTINUATION) always go to h2,
+which must see anything that interrupts the block.
+
 Frames are taken out in batches of a bounded size, so that one connection
 receiving at full speed cannot hold the event loop for all it read (uvloop
 hands over several 256 KiB reads in one loop iteration): the connection
@@ -19,8 +26,19 @@ import time
 from collections.abc import Callable
 
 FRAME_HEADER = 9
-_DATA, _SETTINGS, _PING, _GOAWAY = 0x0, 0x4, 0x6, 0x7
+_DATA, _HEADERS, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY, _CONTINUATION = (
+    0x0, 0x1, 0x4, 0x5, 0x6, 0x7, 0x9
+)  # fmt: skip
 _ACK = 0x1  # also END_STREAM on DATA
+_END_HEADERS = 0x4
+_STREAM_ID_MASK = 0x7FFFFFFF
+
+#: Kinds of the pieces :meth:`FrameSplitter.take` hands out. A positive kind is
+#: the stream id of a plain DATA frame, and the piece is its payload.
+RUN = 0  # a run of whole frames, for h2
+GOAWAY = -1  # the payload of one GOAWAY frame
+
+Piece = tuple[int, bytes]
 
 #: Control frames allowed in a burst, and refilled per second after it.
 CONTROL_BURST = 1000
@@ -47,7 +65,11 @@ class FrameSplitter:
     (:attr:`ready`) for its next turn.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, *, plain_data: bool = False
+    ) -> None:
+        self._plain_data = plain_data
+        self._in_header_block = False
         self._buffer = b""
         self._pos = 0  # where the first frame not yet taken starts
         self._clock = clock
@@ -77,21 +99,22 @@ class FrameSplitter:
         else:
             self._buffer = data
 
-    def split(self, data: bytes) -> list[tuple[bool, bytes]]:
+    def split(self, data: bytes) -> list[Piece]:
         """Feed ``data`` and take every whole frame there is."""
         self.feed(data)
         return self.take()
 
-    def take(self, budget: int | None = None) -> list[tuple[bool, bytes]]:
-        """Return ``(is_goaway, bytes)`` pieces in order: runs of frames for h2,
-        or the payload of one GOAWAY frame. Stops after the frame that reaches
-        ``budget`` bytes (None: no limit); a partial frame waits for more data."""
+    def take(self, budget: int | None = None) -> list[Piece]:
+        """Return ``(kind, bytes)`` pieces in order (see :data:`RUN`, :data:`GOAWAY`).
+        Stops after the frame that reaches ``budget`` bytes (None: no limit); a
+        partial frame waits for more data."""
         data = self._buffer
-        pieces: list[tuple[bool, bytes]] = []
+        pieces: list[Piece] = []
         start = pos = self._pos
         size = len(data)
         end = size if budget is None else min(size, pos + budget)
         control = 0
+        plain_data = self._plain_data
         while pos < end and pos + FRAME_HEADER <= size:
             length = int.from_bytes(data[pos : pos + 3], "big")
             if length > MAX_FRAME_SIZE:
@@ -101,18 +124,34 @@ class FrameSplitter:
             if frame_end > size:
                 break
             kind = data[pos + 3]
-            if kind == _GOAWAY:
+            flags = data[pos + 4]
+            if self._in_header_block:
+                # Only CONTINUATION may come now; h2 refuses anything else.
+                if kind == _CONTINUATION and flags & _END_HEADERS:
+                    self._in_header_block = False
+            elif kind == _DATA:
+                if not length:
+                    if not flags & _ACK:
+                        control += 1
+                elif plain_data and not flags:
+                    stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & _STREAM_ID_MASK
+                    if stream_id:
+                        if pos > start:
+                            pieces.append((RUN, data[start:pos]))
+                        pieces.append((stream_id, data[pos + FRAME_HEADER : frame_end]))
+                        start = frame_end
+            elif kind == _GOAWAY:
                 if pos > start:
-                    pieces.append((False, data[start:pos]))
-                pieces.append((True, data[pos + FRAME_HEADER : frame_end]))
+                    pieces.append((RUN, data[start:pos]))
+                pieces.append((GOAWAY, data[pos + FRAME_HEADER : frame_end]))
                 start = frame_end
-            elif not data[pos + 4] & _ACK and (
-                kind in (_PING, _SETTINGS) or (kind == _DATA and length == 0)
-            ):
+            elif kind in (_HEADERS, _PUSH_PROMISE):
+                self._in_header_block = not flags & _END_HEADERS
+            elif kind in (_PING, _SETTINGS) and not flags & _ACK:
                 control += 1
             pos = frame_end
         if pos > start:
-            pieces.append((False, data[start:pos]))
+            pieces.append((RUN, data[start:pos]))
         if pos == size:
             self._buffer, self._pos = b"", 0
         else:
@@ -130,3 +169,8 @@ class FrameSplitter:
         self._credit -= frames
         if self._credit < 0:
             raise FloodError(f"more than {CONTROL_BURST} PING/SETTINGS/empty DATA frames")
+
+
+def data_frame(stream_id: int, payload: bytes) -> bytes:
+    """A plain DATA frame again, from what :meth:`FrameSplitter.take` handed out."""
+    return len(payload).to_bytes(3, "big") + b"\x00\x00" + stream_id.to_bytes(4, "big") + payload

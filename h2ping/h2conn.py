@@ -19,10 +19,20 @@ Faults of the connection itself stay connection errors: HPACK decoding errors, a
 header list over the ceiling (an HPACK bomb), flow-control violations, frames
 on streams never opened, and everything h2 raises outside one stream.
 
+It also has a fast path for the commonest frame, a response's DATA, and for
+giving its credit back: :meth:`H2Connection.take_plain_data` and
+:meth:`H2Connection.ack_quietly` do the bookkeeping h2 would (flow-control
+windows, the content-length count) without h2's per-frame parsing, state
+machines and event objects, which were most of the CPU of streamed responses.
+Each takes the fast path only where h2 would do nothing else, and declines
+everything else, which then goes through h2 as before.
+
 This overrides two of h2's internal methods (``_receive_frame`` and
-``_begin_new_stream``) and calls two more (``_receive_data_frame``,
-``_prepare_for_sending``), all stable through h2 4.1-4.4;
-tests/test_stream_faults.py covers each fault.
+``_begin_new_stream``), uses more of them (its frame dispatch table,
+``_prepare_for_sending`` and the two ``_stream_is_closed_by_*`` checks), and
+reads and updates the window managers and the content-length count of h2's
+streams, all stable through h2 4.1-4.4; tests/test_stream_faults.py covers each
+fault, tests/test_h2conn_fast_unit.py holds the fast path to what h2 itself does.
 """
 
 from __future__ import annotations
@@ -39,6 +49,7 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
 
 from . import errors
+from .hpackcache import FieldCachingDecoder
 
 #: A header list up to this much above our limit is still decoded (so only its
 #: stream fails); beyond it decoding costs too much, and the connection ends.
@@ -47,6 +58,10 @@ from . import errors
 DECODE_HEADROOM = 4 * 1024 * 1024
 #: RFC 9113 6.5.2: each field counts its name and value plus 32 bytes.
 FIELD_OVERHEAD = 32
+
+_CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
+#: Stream states in which a response's DATA is taken (ours is the client side).
+_RECEIVING = (h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL)
 
 
 def header_list_size(headers: Iterable[tuple[bytes, bytes]]) -> int:
@@ -127,11 +142,57 @@ class H2Connection(h2.connection.H2Connection):
 
     def __init__(self, config: h2.config.H2Configuration, header_list_limit: int) -> None:
         super().__init__(config=config)
+        self.decoder = FieldCachingDecoder()  # before any header block: a fresh state
         self.header_list_limit = header_list_limit
         # h2 would lower this to the advertised limit when a SETTINGS frame
         # changing it is acknowledged; ours goes out once, as an initial value
         # (see UpstreamConnection.connection_made), so this ceiling stays.
         self.decoder.max_header_list_size = header_list_limit + DECODE_HEADROOM
+
+    def take_plain_data(self, stream_id: int, size: int) -> bool:
+        """Account for a DATA frame without flags (no END_STREAM, no padding) of
+        ``size`` bytes on ``stream_id`` as h2 would, and say True: the caller
+        delivers the payload itself. False, with nothing changed, wherever h2
+        would do more than count (an error, a closed or unknown stream, DATA
+        before the response headers): the caller then gives h2 the frame."""
+        if self.state_machine.state is not _CLIENT_OPEN:
+            return False
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return False
+        machine = stream.state_machine
+        # (Trailers end the stream, or fault it: either way it is not receiving.)
+        if machine.state not in _RECEIVING or not machine.headers_received:
+            return False
+        connection_window = self._inbound_flow_control_window_manager
+        stream_window = stream._inbound_window_manager
+        if size > connection_window.current_window_size or size > stream_window.current_window_size:
+            return False  # h2 raises the flow-control error
+        expected = stream._expected_content_length
+        if expected is not None and stream._actual_content_length + size > expected:
+            return False  # h2 raises: more DATA than content-length
+        connection_window.current_window_size -= size
+        stream_window.current_window_size -= size
+        stream._actual_content_length += size
+        return True
+
+    def ack_quietly(self, stream_id: int, size: int) -> bool:
+        """Mark ``size`` received bytes on ``stream_id`` processed, as
+        ``acknowledge_received_data`` does, when neither window would get a
+        WINDOW_UPDATE for it yet (h2 sends one once half a window is processed,
+        or sooner when a window is empty); else False with nothing changed."""
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.state_machine.state not in _RECEIVING:
+            return False
+        for window in (self._inbound_flow_control_window_manager, stream._inbound_window_manager):
+            if (
+                not window.current_window_size
+                or window._bytes_processed + size >= window.max_window_size // 2
+            ):
+                return False
+        self._inbound_flow_control_window_manager._bytes_processed += size
+        stream._inbound_window_manager._bytes_processed += size
+        return True
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
         stream = super()._begin_new_stream(stream_id, allowed_ids)
@@ -142,15 +203,7 @@ class H2Connection(h2.connection.H2Connection):
 
     def _receive_frame(self, frame: Frame) -> list[h2.events.Event]:
         try:
-            if type(frame) is DataFrame:
-                # h2's own _receive_frame first formats the frame for a trace
-                # log that is off: the whole payload as hex, a seventh of the
-                # CPU of a download. For DATA it adds nothing else (its
-                # StreamClosedError handling is inside _receive_data_frame).
-                frames, events = self._receive_data_frame(frame)
-                self._prepare_for_sending(frames)
-                return events
-            return super()._receive_frame(frame)
+            return self._handle_frame(frame)
         except _Fault as fault:
             return self._reset_faulty(frame, fault.event)
         except h2.exceptions.StreamClosedError:
@@ -162,6 +215,31 @@ class H2Connection(h2.connection.H2Connection):
                 [RstStreamFrame(frame.stream_id, error_code=ErrorCodes.STREAM_CLOSED)]
             )
             return []
+
+    def _handle_frame(self, frame: Frame) -> list[h2.events.Event]:
+        """h2's own ``_receive_frame`` without its first step, which formats the
+        frame for a trace log that is off: for DATA the whole payload as hex (a
+        seventh of the CPU of a download), for HEADERS a few percent of a small
+        request's. What follows is h2's, step for step."""
+        try:
+            frames, events = self._frame_dispatch_table[frame.__class__](frame)
+        except h2.exceptions.StreamClosedError as exc:
+            # Closed by our RST_STREAM: a stream error, answered with another.
+            if not self._stream_is_closed_by_reset(exc.stream_id):
+                raise
+            self._prepare_for_sending([RstStreamFrame(exc.stream_id, error_code=exc.error_code)])
+            return exc._events
+        except h2.exceptions.StreamIDTooLowError as exc:
+            if self._stream_is_closed_by_reset(exc.stream_id):
+                self._prepare_for_sending(
+                    [RstStreamFrame(exc.stream_id, error_code=ErrorCodes.STREAM_CLOSED)]
+                )
+                return []
+            if self._stream_is_closed_by_end(exc.stream_id):
+                raise h2.exceptions.StreamClosedError(exc.stream_id) from exc
+            raise
+        self._prepare_for_sending(frames)
+        return events
 
     def _reset_faulty(self, frame: Frame, event: StreamFault) -> list[h2.events.Event]:
         stream = self.streams.get(event.stream_id)

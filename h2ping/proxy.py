@@ -20,7 +20,7 @@ from .errors import UpstreamError
 from .exchange import Exchange, ExchangeContext
 from .http1 import Request, ResponseWriter
 from .lag import LagMonitor
-from .listener import ClientConnection, ListenerLimits
+from .listener import ClientConnection, ListenerLimits, OutputFlusher
 from .logs import plural
 from .pool import Pool
 from .retry import RetryBudget
@@ -29,6 +29,7 @@ from .upstream import ConnState
 
 if TYPE_CHECKING:
     from .admin import AdminServer
+    from .siblings import Links
 
 log = logging.getLogger("h2ping")
 
@@ -119,6 +120,7 @@ class Proxy:
         self._exchange_context: ExchangeContext | None = None  # once started
         self.admin: AdminServer | None = None  # with config.admin_listen, once started
         self.lag: LagMonitor | None = None  # with config.loop_lag_interval, once started
+        self._answering: asyncio.BaseTransport | None = None  # worker 1's questions to us
         self.port = 0
         self._address: tuple[Any, ...] = ()
 
@@ -153,10 +155,11 @@ class Proxy:
         host = self._address[0] if self._address else self.config.listen.host
         return str(HostPort(host, self.port))
 
-    async def start(self, sock: socket.socket | None = None) -> None:
+    async def start(self, sock: socket.socket | None = None, links: Links | None = None) -> None:
         """Bind the listening socket, or serve on ``sock``, one already listening (the
-        workers of one process share it). Raises :class:`BindError`, and ``OSError``
-        for what else cannot start (the admin address, the CA file)."""
+        workers of one process share it, and ``links`` joins them for the admin
+        endpoint). Raises :class:`BindError`, and ``OSError`` for what else cannot
+        start (the admin address, the CA file)."""
         config = self.config
         context = self._ssl_context
         if context is None and config.upstream.tls:
@@ -174,9 +177,12 @@ class Proxy:
             sock = bind_listener(config.listen)
         loop = asyncio.get_running_loop()
         limits = ListenerLimits(config.header_timeout, config.client_idle_timeout)
+        flusher = OutputFlusher(loop)
         try:
             self._server = await loop.create_server(
-                lambda: ClientConnection(self._new_exchange, self.clients, self.stats, limits),
+                lambda: ClientConnection(
+                    self._new_exchange, self.clients, self.stats, limits, flusher
+                ),
                 sock=sock,
                 backlog=LISTEN_BACKLOG,
             )
@@ -188,10 +194,17 @@ class Proxy:
         if config.loop_lag_interval > 0:
             self.lag = LagMonitor(config.loop_lag_interval)
             self.lag.start()
-        if config.admin_listen is not None:
-            from .admin import AdminServer  # only with -admin-listen: not in every process
+        # Imported here, not above: only -workers and -admin-listen need them.
+        if links is not None and links.answer_on is not None:
+            from .siblings import answer_siblings
 
-            admin = AdminServer(self, config.admin_listen)
+            self._answering = await answer_siblings(self, links.answer_on)
+        if config.admin_listen is not None:
+            from .admin import AdminServer
+            from .siblings import Siblings
+
+            siblings = Siblings(links) if links is not None and links.ask else None
+            admin = AdminServer(self, config.admin_listen, siblings)
             try:
                 await admin.start()  # raises AdminListenError, an OSError
             except OSError:
@@ -206,10 +219,10 @@ class Proxy:
         within ``timeout``. One opened here carries no stream, so it stays for
         the next request only until ``idle_conn_timeout``.
         """
-        if self._draining:
-            return "draining"
-        if self._server is None or not self._server.is_serving() or self.pool is None:
-            return "not listening"
+        reason = self.not_serving()
+        if reason is not None:
+            return reason
+        assert self.pool is not None  # made before the server starts
         if any(conn.state is ConnState.OPEN for conn in self.pool.connections):
             return None
         try:
@@ -220,6 +233,14 @@ class Proxy:
         except UpstreamError as exc:
             return f"upstream: {exc}"
         slot.release()
+        return None
+
+    def not_serving(self) -> str | None:
+        """Why no request would be accepted now (``draining``, ``not listening``), or None."""
+        if self._draining:
+            return "draining"
+        if self._server is None or not self._server.is_serving():
+            return "not listening"
         return None
 
     def _new_exchange(self, request: Request, writer: ResponseWriter) -> Exchange:
@@ -260,6 +281,8 @@ class Proxy:
             self.pool.close()
         if self.admin is not None:
             await self.admin.stop()
+        if self._answering is not None:
+            self._answering.close()  # last: worker 1 reports our final counts until now
         # Let cancelled tasks and closing transports run their last steps.
         await asyncio.sleep(0)
         await asyncio.sleep(0)

@@ -1,11 +1,16 @@
 """Counters of what the proxy did: one object per proxy, the single source of truth
-for ``Proxy.stats``, the shutdown summary line and the metrics endpoint."""
+for ``Proxy.stats``, the shutdown summary line and the metrics endpoint.
+
+With ``--workers N`` each worker owns its own; worker 1's metrics endpoint adds up
+copies of them (``+`` and the JSON form here), never the objects themselves.
+"""
 
 from __future__ import annotations
 
 import bisect
 import collections
 import dataclasses
+from typing import Any
 
 #: PING round-trip buckets, seconds (upper bounds; +Inf is implied).
 RTT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -31,6 +36,31 @@ class Histogram:
         for bound, n in zip((*self.bounds, float("inf")), self.counts, strict=True):
             running += n
             out.append((bound, running))
+        return out
+
+    def __add__(self, other: Histogram) -> Histogram:
+        """Bucket by bucket: the observations of both."""
+        if other.bounds != self.bounds:
+            raise ValueError(f"histogram buckets differ: {self.bounds} and {other.bounds}")
+        out = Histogram(self.bounds)
+        out.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        out.total = self.total + other.total
+        out.count = self.count + other.count
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bounds": list(self.bounds), "counts": list(self.counts), "total": self.total}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Histogram:
+        """The inverse of :meth:`to_json`; ValueError, TypeError or KeyError if malformed."""
+        out = cls(tuple(float(bound) for bound in data["bounds"]))
+        counts = [int(n) for n in data["counts"]]
+        if len(counts) != len(out.counts) or min(counts) < 0:
+            raise ValueError("histogram counts do not match its buckets")
+        out.counts = counts
+        out.count = sum(counts)
+        out.total = float(data["total"])
         return out
 
 
@@ -74,3 +104,36 @@ class Stats:
         if self.last_ping_rtt is not None:
             parts.append(f"last_ping_rtt={self.last_ping_rtt * 1000:.1f}ms")
         return " ".join(parts)
+
+    def __add__(self, other: Stats) -> Stats:
+        """Field by field: what two proxies did together. ``last_ping_rtt`` belongs
+        to one connection, so a sum has none."""
+        out = Stats(
+            responses=self.responses + other.responses, ping_rtt=self.ping_rtt + other.ping_rtt
+        )
+        for name in _COUNTS:
+            setattr(out, name, getattr(self, name) + getattr(other, name))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything :meth:`__add__` adds, as JSON-ready values."""
+        data: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS}
+        data["responses"] = dict(self.responses)
+        data["ping_rtt"] = self.ping_rtt.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Stats:
+        """The inverse of :meth:`to_json`; ValueError, TypeError or KeyError if malformed."""
+        responses = {str(key): int(n) for key, n in data["responses"].items()}
+        out = cls(
+            responses=collections.Counter(responses),
+            ping_rtt=Histogram.from_json(data["ping_rtt"]),
+        )
+        for name in _COUNTS:
+            setattr(out, name, int(data[name]))
+        return out
+
+
+#: The integer fields: counters, and the retry_buffer_bytes gauge, which adds up too.
+_COUNTS = tuple(field.name for field in dataclasses.fields(Stats) if field.type in ("int", int))

@@ -34,7 +34,7 @@ from . import errors
 from .config import Config
 from .errors import UpstreamError, describe_h2_error
 from .fields import Header
-from .frames import FloodError, FrameSizeError, FrameSplitter
+from .frames import GOAWAY, RUN, FloodError, FrameSizeError, FrameSplitter, data_frame
 from .h2conn import H2Connection, StreamFault
 from .liveness import Liveness
 from .logs import plural
@@ -65,6 +65,8 @@ PUMP_BATCH = 512 * 1024
 #: (its DATA delivered to clients included), so that one response moving at
 #: full speed leaves the event loop to the others.
 INBOUND_BATCH = 64 * 1024
+#: The most one read takes from the socket: a turn's share, and a TLS record more.
+READ_SIZE = INBOUND_BATCH + 16 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
 
@@ -186,8 +188,12 @@ class StreamSlot:
         return f"<slot on conn {self.conn.id}{' spent' if self._spent else ''}>"
 
 
-class UpstreamConnection(asyncio.Protocol):
-    """An HTTP/2 client connection driven by inbound bytes, never by waiting readers."""
+class UpstreamConnection(asyncio.BufferedProtocol):
+    """An HTTP/2 client connection driven by inbound bytes, never by waiting readers.
+
+    A buffered protocol: the transport reads (and TLS decrypts) into a buffer of
+    ours. As a plain protocol, every TLS read allocated a fresh 256 KiB bytes
+    object and shrank it to what arrived (mmap, mremap and munmap, each read)."""
 
     def __init__(
         self,
@@ -220,7 +226,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._turn_taken = 0  # inbound bytes handled in this loop iteration
         self._turn_end: asyncio.Handle | None = None  # resets _turn_taken
         self._stats = stats
-        self._frames = FrameSplitter()
+        self._frames = FrameSplitter(plain_data=True)
+        self._read_buffer = memoryview(bytearray(READ_SIZE))
         self._liveness = Liveness(
             config.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
         )
@@ -342,6 +349,12 @@ class UpstreamConnection(asyncio.Protocol):
         self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self._flush()
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(self._read_buffer[:nbytes]))
+
     def data_received(self, data: bytes) -> None:
         # Any inbound byte proves the peer alive, even while a PING ACK is still
         # queued behind megabytes of DATA.
@@ -411,11 +424,13 @@ class UpstreamConnection(asyncio.Protocol):
         backlog = self._frames.backlog
         try:
             pieces = self._frames.take(budget)
-            for is_goaway, piece in pieces:
-                if is_goaway:
-                    self._on_goaway(piece)
-                else:
+            for kind, piece in pieces:
+                if kind == RUN:
                     self._receive(piece)
+                elif kind == GOAWAY:
+                    self._on_goaway(piece)
+                elif not self._receive_plain_data(kind, piece):
+                    self._receive(data_frame(kind, piece))
                 if self.state is ConnState.CLOSED:
                     return 0
         except FloodError as exc:
@@ -439,14 +454,28 @@ class UpstreamConnection(asyncio.Protocol):
             try:
                 self._dispatch(event)
             except Exception:  # a bug serving one stream must not end the others
-                stream_id = getattr(event, "stream_id", 0)
-                log.exception("conn=%d stream=%d: internal error", self.id, stream_id)
-                stream = self.streams.get(stream_id)
-                if stream is not None:
-                    self._reset(stream, ErrorCodes.INTERNAL_ERROR)
-                    stream.sink.on_error(
-                        UpstreamError(errors.PROXY_INTERNAL_ERROR, "internal error")
-                    )
+                self._internal_error(getattr(event, "stream_id", 0))
+
+    def _receive_plain_data(self, stream_id: int, payload: bytes) -> bool:
+        """A response's DATA frame (no flags), delivered without h2's events when
+        h2 agrees (see H2Connection.take_plain_data); False: h2 must take it."""
+        stream = self.streams.get(stream_id)
+        size = len(payload)
+        if stream is None or not self._h2.take_plain_data(stream_id, size):
+            return False
+        stream.unacked += size
+        try:
+            stream.sink.on_data(payload, size)
+        except Exception:
+            self._internal_error(stream_id)
+        return True
+
+    def _internal_error(self, stream_id: int) -> None:
+        log.exception("conn=%d stream=%d: internal error", self.id, stream_id)
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            self._reset(stream, ErrorCodes.INTERNAL_ERROR)
+            stream.sink.on_error(UpstreamError(errors.PROXY_INTERNAL_ERROR, "internal error"))
 
     def _dispatch(self, event: h2.events.Event) -> None:
         # No h2 event class derives from another: isinstance picks exactly one.
@@ -655,6 +684,8 @@ class UpstreamConnection(asyncio.Protocol):
         self._pump_blocked()
 
     def _ack(self, stream_id: int, nbytes: int) -> None:
+        if self._h2.ack_quietly(stream_id, nbytes):
+            return  # no WINDOW_UPDATE due yet: nothing to send
         try:
             self._h2.acknowledge_received_data(nbytes, stream_id)
         except h2.exceptions.ProtocolError:

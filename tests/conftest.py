@@ -20,7 +20,9 @@ import pytest
 import trustme
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
+from prometheus_client.parser import text_string_to_metric_families
 
+import h2ping
 from h2ping import Proxy
 
 ASGIApp = Callable[
@@ -210,13 +212,21 @@ async def running_proxy(
         await assert_nothing_left(proxy)
 
 
+def _is_proxy_code(coro: object) -> bool:
+    """Whether a task runs h2ping's own code (not the test's, nor the test tools')."""
+    code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
+    filename = getattr(code, "co_filename", "")
+    package = pathlib.Path(h2ping.__file__).parent
+    return filename.startswith(str(package)) and not filename.startswith(str(package / "testing"))
+
+
 async def assert_nothing_left(proxy: Proxy) -> None:
     """After stop: no exchange, client, stream or task of the proxy's is left."""
     for _ in range(50):
         tasks = [
             t
             for t in asyncio.all_tasks()
-            if t is not asyncio.current_task() and "h2ping" in repr(t.get_coro())
+            if t is not asyncio.current_task() and _is_proxy_code(t.get_coro())
         ]
         if not tasks and not proxy.exchanges and not proxy.clients:
             break
@@ -264,3 +274,18 @@ async def scripted(tls: TLSFiles, handler: Any, **options: Any) -> AsyncIterator
 
     async with ScriptedUpstream(handler, ssl_context=tls.server_context(), **options) as upstream:
         yield upstream
+
+
+async def scrape_metrics(session: aiohttp.ClientSession, url: str) -> dict[tuple[str, str], float]:
+    """GET ``url`` (a /metrics) through prometheus_client's own parser:
+    {(sample name, labels): value}."""
+    async with session.get(url) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        text = await resp.text()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            samples[(sample.name, labels)] = sample.value
+    return samples

@@ -23,6 +23,7 @@ from .conftest import (
     free_port,
     run_hypercorn,
     running_proxy,
+    scrape_metrics,
 )
 
 
@@ -37,17 +38,7 @@ async def get(session: aiohttp.ClientSession, proxy: Proxy, path: str) -> tuple[
 
 
 async def scrape(session: aiohttp.ClientSession, proxy: Proxy) -> dict[tuple[str, str], float]:
-    """/metrics through prometheus_client's own parser: {(sample name, labels): value}."""
-    async with session.get(admin_url(proxy, "/metrics")) as resp:
-        assert resp.status == 200
-        assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
-        text = await resp.text()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-            samples[(sample.name, labels)] = sample.value
-    return samples
+    return await scrape_metrics(session, admin_url(proxy, "/metrics"))
 
 
 async def test_probes_and_metrics_after_traffic(

@@ -7,7 +7,9 @@ import pytest
 from h2ping.frames import (
     CONTROL_BURST,
     CONTROL_PER_SECOND,
+    GOAWAY,
     MAX_FRAME_SIZE,
+    RUN,
     FloodError,
     FrameSizeError,
     FrameSplitter,
@@ -18,7 +20,7 @@ from .h2fake import FakeServer
 SERVER = FakeServer()
 HEADERS = SERVER.headers(1, 200)
 DATA = FakeServer.data(1, b"x" * 100)
-GOAWAY = FakeServer.goaway(last_stream_id=7, error_code=0)
+GOAWAY_FRAME = FakeServer.goaway(last_stream_id=7, error_code=0)
 PING = bytes.fromhex("000008060000000000") + b"12345678"
 PING_ACK = FakeServer.ping_ack(b"12345678")
 EMPTY_DATA = FakeServer.data(1, b"")
@@ -34,23 +36,28 @@ class Clock:
 
 
 def test_whole_frames_pass_through_in_one_piece() -> None:
-    assert FrameSplitter().split(HEADERS + DATA) == [(False, HEADERS + DATA)]
+    assert FrameSplitter().split(HEADERS + DATA) == [(RUN, HEADERS + DATA)]
 
 
 def test_goaway_is_taken_out_between_runs_of_frames() -> None:
-    pieces = FrameSplitter().split(HEADERS + GOAWAY + DATA + GOAWAY)
-    assert pieces == [(False, HEADERS), (True, GOAWAY[9:]), (False, DATA), (True, GOAWAY[9:])]
+    pieces = FrameSplitter().split(HEADERS + GOAWAY_FRAME + DATA + GOAWAY_FRAME)
+    assert pieces == [
+        (RUN, HEADERS),
+        (GOAWAY, GOAWAY_FRAME[9:]),
+        (RUN, DATA),
+        (GOAWAY, GOAWAY_FRAME[9:]),
+    ]
 
 
 def test_a_partial_frame_waits_for_the_rest() -> None:
-    stream = HEADERS + DATA + GOAWAY + DATA
+    stream = HEADERS + DATA + GOAWAY_FRAME + DATA
     splitter = FrameSplitter()
-    pieces: list[tuple[bool, bytes]] = []
+    pieces: list[tuple[int, bytes]] = []
     for i in range(len(stream)):  # one byte at a time: the worst a socket can do
         pieces += splitter.split(stream[i : i + 1])
-    frames_out = b"".join(p for goaway, p in pieces if not goaway)
+    frames_out = b"".join(p for kind, p in pieces if kind == RUN)
     assert frames_out == HEADERS + DATA + DATA
-    assert [p for goaway, p in pieces if goaway] == [GOAWAY[9:]]
+    assert [p for kind, p in pieces if kind == GOAWAY] == [GOAWAY_FRAME[9:]]
     assert splitter.split(b"") == []
 
 
@@ -59,7 +66,7 @@ def test_a_frame_over_our_max_frame_size_is_refused_from_its_header() -> None:
     with pytest.raises(FrameSizeError):
         FrameSplitter().split(header)  # before any of the payload is buffered
     at_limit = FakeServer.data(1, b"y" * MAX_FRAME_SIZE)
-    assert FrameSplitter().split(at_limit) == [(False, at_limit)]
+    assert FrameSplitter().split(at_limit) == [(RUN, at_limit)]
 
 
 @pytest.mark.parametrize(
@@ -104,14 +111,14 @@ def test_take_hands_out_about_a_budget_at_a_time_and_keeps_the_rest() -> None:
     assert out == b"".join(frames)
     assert splitter.backlog == 5  # the partial frame waits for its rest
     splitter.feed(frames[0][5:])
-    assert splitter.ready and splitter.take(1) == [(False, frames[0])]
+    assert splitter.ready and splitter.take(1) == [(RUN, frames[0])]
     assert splitter.backlog == 0 and not splitter.ready
 
 
 def test_an_oversized_frame_header_is_ready_so_it_gets_refused_at_once() -> None:
     splitter = FrameSplitter()
     splitter.feed(DATA + (MAX_FRAME_SIZE + 1).to_bytes(3, "big") + b"\x00\x00\x00\x00\x00\x01")
-    assert splitter.take(1) == [(False, DATA)]
+    assert splitter.take(1) == [(RUN, DATA)]
     assert splitter.ready
     with pytest.raises(FrameSizeError):
         splitter.take(1)

@@ -417,7 +417,7 @@ def h2ping_logger() -> Iterator[None]:
 def test_unexpected_error_ends_with_one_clear_line(
     h2ping_logger: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    async def broken_start(self: Proxy, sock: object = None) -> None:
+    async def broken_start(self: Proxy, sock: object = None, links: object = None) -> None:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(Proxy, "start", broken_start)

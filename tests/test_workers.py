@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -16,10 +19,11 @@ import pytest
 
 from h2ping.config import Config, parse_listen, parse_upstream
 from h2ping.proxy import bind_listener
+from h2ping.siblings import Links
 from h2ping.testing import ScriptedUpstream
-from h2ping.workers import run_workers
+from h2ping.workers import RunOne, run_workers
 
-from .conftest import assert_not_accepting, free_port, wait_for_port
+from .conftest import assert_not_accepting, free_port, scrape_metrics, wait_for_port
 from .launcher import H2PING_SIDECAR, StartFailed, launch
 
 # The loop here only runs the test's clients; the process under test picks its own.
@@ -227,6 +231,70 @@ async def test_workers_die_with_their_parent() -> None:
         raise AssertionError("workers kept running after their parent was killed")
 
 
+def stopped_lines(log: str) -> list[dict[str, int]]:
+    """Each worker's shutdown summary (``stopped: requests=3 completed=3 ...``), its counts."""
+    out = []
+    for line in log.splitlines():
+        if "stopped: " in line:
+            pairs = (part.split("=", 1) for part in line.split("stopped: ", 1)[1].split())
+            out.append({name: int(value) for name, value in pairs if value.isdigit()})
+    return out
+
+
+@ONE_LOOP
+async def test_metrics_add_up_every_worker(tmp_path: Path) -> None:
+    """/metrics is served by worker 1 and counts what every worker did: a scrape right
+    after the traffic counts each request once, whichever worker served it."""
+    ready = tmp_path / "w.ready"
+    port, admin = free_port(), free_port()
+    metrics_url = f"http://127.0.0.1:{admin}/metrics"
+    async with ScriptedUpstream() as up, aiohttp.ClientSession() as scraper:
+        launched = await launch(
+            [H2PING_SIDECAR, *worker_flags(port, up.url, ready),
+             "-admin-listen", f"127.0.0.1:{admin}",
+             # PINGs while idle, and idle connections closed soon, so that the
+             # counts stand still once the traffic has stopped.
+             "-ping-interval", "100ms", "-idle-conn-timeout", "700ms"],
+            log=tmp_path / "w.log", ready_file=ready,
+        )  # fmt: skip
+        try:
+            sent = 0
+            # Each request on a new client connection, so the kernel spreads them; with
+            # its own pool, each worker that served opens its own upstream connection.
+            while sent < 40 or len(up.connections) < 2:
+                assert sent < 400, "every client connection went to one worker"
+                async with aiohttp.ClientSession() as session:
+                    async with session.post(f"http://127.0.0.1:{port}/w", data=b"x") as resp:
+                        assert resp.status == 200
+                sent += 1
+            right_after = await scrape_metrics(scraper, metrics_url)
+            await up.wait_for(lambda: all(conn.closed for conn in up.connections), 10)
+            quiet = await scrape_metrics(scraper, metrics_url)
+            assert await launched.terminate() == 0
+        finally:
+            launched.kill()
+    assert right_after[("h2ping_requests_total", "outcome=ok")] == sent
+    assert right_after[("h2ping_responses_total", "status_class=2xx")] == sent
+    assert right_after[("h2ping_requests_in_flight", "")] == 0
+    assert right_after[("h2ping_workers", "")] == 2
+    assert right_after[("h2ping_workers_reporting", "")] == 2
+    [info] = [labels for name, labels in right_after if name == "h2ping_info"]
+    assert "instance=127.0.0.1," in info, info  # the instance's name, not worker 1's
+    # What each worker says it did when it stops, added up, is what the scrape said.
+    workers = stopped_lines(launched.log_text())
+    assert len(workers) == 2 and all(w["completed"] > 0 for w in workers), workers
+    assert sum(w["completed"] for w in workers) == sent
+    opened = quiet[("h2ping_upstream_connections_opened_total", "")]
+    assert opened == sum(w["connections_opened"] for w in workers) == len(up.connections)
+    assert quiet[("h2ping_upstream_connections", "state=open")] == 0
+    pings = quiet[("h2ping_pings_sent_total", "")]
+    assert pings == sum(w["pings_sent"] for w in workers) > 0
+    acks = quiet[("h2ping_ping_acks_total", "")]
+    assert acks == sum(w["ping_acks"] for w in workers) > 0
+    assert quiet[("h2ping_ping_rtt_seconds_count", "")] == acks
+    assert quiet[("h2ping_ping_rtt_seconds_bucket", "le=+Inf")] == acks
+
+
 # --- run_workers itself, with stand-in workers forked from the test process -----------
 
 
@@ -239,12 +307,12 @@ def parent_signals() -> Iterator[None]:
         signal.signal(signum, handler)
 
 
-def stand_in(
-    tmp_path: Path, code: int = 0
-) -> Callable[[Config, socket.socket, Callable[[], None]], int]:
+def stand_in(tmp_path: Path, code: int = 0) -> RunOne:
     """A worker that takes longer to start the higher its index, and says when it has."""
 
-    def run_one(config: Config, sock: socket.socket, started: Callable[[], None]) -> int:
+    def run_one(
+        config: Config, sock: socket.socket, started: Callable[[], None], links: Links | None
+    ) -> int:
         index = int(config.name.rsplit("/", 1)[1])
         time.sleep(0.2 * index)
         (tmp_path / f"started-{index}").touch()
@@ -277,3 +345,55 @@ def test_a_failed_on_ready_or_worker_is_the_exit_code(tmp_path: Path, parent_sig
     assert run_workers(config, sock, stand_in(tmp_path), lambda: False) == 1
     config, sock = three_workers()
     assert run_workers(config, sock, stand_in(tmp_path, code=3), lambda: True) == 3
+
+
+def socket_inodes() -> set[int]:
+    """The sockets this process holds, by inode."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            st = os.stat(f"/proc/self/fd/{fd}")
+            if stat.S_ISSOCK(st.st_mode):
+                inodes.add(st.st_ino)
+    return inodes
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_each_link_end_is_held_by_its_worker_alone(tmp_path: Path, parent_signals: None) -> None:
+    """With -admin-listen, worker 1 holds one socketpair end per other worker, and that
+    worker the other end. A copy held anywhere else (the parent, a third worker) would
+    hide from worker 1 that the worker has exited."""
+
+    def run_one(
+        config: Config, sock: socket.socket, started: Callable[[], None], links: Links | None
+    ) -> int:
+        index = int(config.name.rsplit("/", 1)[1])
+        assert links is not None and links.workers == 3 and links.instance == "h"
+        ours = [links.answer_on] if links.answer_on is not None else list(links.ask.values())
+        (tmp_path / f"worker-{index}").write_text(
+            json.dumps([[os.fstat(end.fileno()).st_ino for end in ours], sorted(socket_inodes())])
+        )
+        started()
+        if index == 2:
+            return 0  # gone at once
+        if index == 3:
+            time.sleep(3)  # still running while worker 1 waits for worker 2's EOF
+            return 0
+        assert links.answer_on is None and sorted(links.ask) == [2, 3]
+        links.ask[2].settimeout(2)
+        try:
+            eof = links.ask[2].recv(1) == b""
+        except TimeoutError:
+            eof = False
+        return 0 if eof else 7
+
+    config, sock = three_workers()
+    config = config.replace(admin_listen=parse_listen("127.0.0.1:0"))
+    assert run_workers(config, sock, run_one, lambda: True) == 0
+    seen = {index: json.loads((tmp_path / f"worker-{index}").read_text()) for index in (1, 2, 3)}
+    assert [len(seen[index][0]) for index in (1, 2, 3)] == [2, 1, 1]
+    for index, (_, held) in seen.items():
+        others = {inode for other, (own, _) in seen.items() if other != index for inode in own}
+        assert not others & set(held), f"worker {index} holds another worker's end"
+    every_end = {inode for own, _ in seen.values() for inode in own}
+    assert not every_end & socket_inodes(), "the parent kept a link end"

@@ -30,7 +30,7 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
-from ..frames import FloodError, FrameSizeError, FrameSplitter
+from ..frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter
 
 logger = logging.getLogger(__name__)
 
@@ -318,8 +318,8 @@ class ScriptedConnection(asyncio.Protocol):
         except FrameSizeError as exc:
             self._protocol_error(exc, ErrorCodes.FRAME_SIZE_ERROR)
             return
-        for is_goaway, piece in pieces:
-            if not (self._on_goaway(piece) if is_goaway else self._receive(piece)):
+        for kind, piece in pieces:
+            if not (self._on_goaway(piece) if kind == GOAWAY else self._receive(piece)):
                 return
         self._flush()
 

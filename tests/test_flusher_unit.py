@@ -1,0 +1,82 @@
+"""OutputFlusher: every client connection's output of a loop iteration, one write
+each, from one callback."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from h2ping.listener import ClientConnection, ListenerLimits, OutputFlusher
+from h2ping.stats import Stats
+
+
+class Transport:
+    def __init__(self, fail: bool = False) -> None:
+        self.writes: list[bytes] = []
+        self.fail = fail
+        self.aborted = False
+
+    def writelines(self, parts: list[bytes]) -> None:
+        if self.fail:
+            raise RuntimeError("a broken transport")
+        self.writes.append(b"".join(parts))
+
+    def write(self, data: bytes) -> None:
+        self.writelines([data])
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+def connection(flusher: OutputFlusher, transport: Transport) -> ClientConnection:
+    def no_requests(*args: object) -> Any:
+        raise AssertionError("no requests here")
+
+    conn = ClientConnection(no_requests, set(), Stats(), ListenerLimits(30, 30), flusher)
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return conn
+
+
+async def test_one_callback_writes_every_connection_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = asyncio.get_running_loop()
+    flusher = OutputFlusher(loop)
+    transports = [Transport() for _ in range(50)]
+    conns = [connection(flusher, t) for t in transports]
+    scheduled = []
+    real_call_soon = loop.call_soon
+
+    def counting_call_soon(callback: Any, *args: Any, **kwargs: Any) -> asyncio.Handle:
+        if getattr(callback, "__self__", None) is flusher:
+            scheduled.append(callback)
+        return real_call_soon(callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_soon", counting_call_soon)
+    for i, conn in enumerate(conns):
+        conn.send(b"a%d " % i, b"b")
+        conn.send(b"c")
+    assert all(not t.writes for t in transports)  # nothing before the loop turns
+    assert len(scheduled) == 1
+    await asyncio.sleep(0)
+    assert [t.writes for t in transports] == [[b"a%d bc" % i] for i in range(50)]
+    conns[3].send(b"next")  # a later iteration gets a callback of its own
+    assert len(scheduled) == 2
+    await asyncio.sleep(0)
+    assert transports[3].writes == [b"a3 bc", b"next"]
+
+
+async def test_a_failing_connection_is_cut_and_the_others_still_written() -> None:
+    flusher = OutputFlusher(asyncio.get_running_loop())
+    good, bad, other = Transport(), Transport(fail=True), Transport()
+    for transport in (good, bad, other):
+        connection(flusher, transport).send(b"x")
+    await asyncio.sleep(0)
+    assert good.writes == other.writes == [b"x"]
+    assert bad.aborted and not bad.writes

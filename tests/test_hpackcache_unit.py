@@ -1,0 +1,119 @@
+"""FieldCachingDecoder decodes exactly as hpack's Decoder does, block after block."""
+
+from __future__ import annotations
+
+import hpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from h2ping.hpackcache import FieldCachingDecoder
+
+# Names from the static table (so a literal field can name them by index), and others.
+NAMES = [b"server", b"date", b"content-type", b"content-length", b"x-request-id", b"x-a"]
+VALUES = [b"nginx/1.22.1", b"text/plain", b"22", b"", b"v" * 200, b"\xff\x00binary"]
+
+field = st.tuples(
+    st.sampled_from(NAMES) | st.binary(min_size=1, max_size=150),
+    st.sampled_from(VALUES) | st.binary(max_size=150),
+    st.booleans(),  # sensitive: never indexed
+)
+block = st.lists(field, max_size=8)
+
+
+def state(decoder: hpack.Decoder) -> tuple[object, ...]:
+    table = decoder.header_table
+    return (list(table.dynamic_entries), table._current_size, table.maxsize)
+
+
+def decode_both(
+    blocks: list[bytes], raw: bool = True
+) -> tuple[FieldCachingDecoder, hpack.Decoder, list[object]]:
+    mine, theirs = FieldCachingDecoder(), hpack.Decoder()
+    outcomes = []
+    for data in blocks:
+        got: list[object] = []
+        for decoder in (mine, theirs):
+            try:
+                got.append((decoder.decode(data, raw=raw), None))
+            except hpack.HPACKError as exc:
+                got.append((None, type(exc)))
+        assert got[0] == got[1]
+        assert [type(h) for h in got[0][0] or []] == [type(h) for h in got[1][0] or []]
+        assert state(mine) == state(theirs)
+        outcomes.append(got[0])
+    return mine, theirs, outcomes
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    blocks=st.lists(block, min_size=1, max_size=12),
+    huffman=st.booleans(),
+    table_size=st.sampled_from([4096, 256, 0]),
+)
+def test_blocks_decode_as_with_hpack(
+    blocks: list[list[tuple[bytes, bytes, bool]]], huffman: bool, table_size: int
+) -> None:
+    encoder = hpack.Encoder()
+    encoder.header_table_size = table_size  # small tables evict, 0 keeps nothing
+    decode_both([encoder.encode(b, huffman=huffman) for b in blocks])
+
+
+def test_repeated_fields_come_from_the_store_and_still_index() -> None:
+    encoder = hpack.Encoder()
+    response = [(b":status", b"200"), (b"server", b"nginx"), (b"date", b"Thu, 03 Dec 2026")]
+    # As nginx does: literal with incremental indexing every time, never the
+    # dynamic entries, so each block adds to the table again.
+    data = (
+        encoder.encode(response[:1])
+        + b"\x76"  # literal with incremental indexing, name: static entry 54 (server)
+        + hpack.hpack.encode_integer(5, 7)
+        + b"nginx"
+    )
+    mine, _, outcomes = decode_both([data] * 5)
+    assert mine.hits == 4  # the first decodes, the other four come from the store
+    assert len(mine.header_table.dynamic_entries) == 5  # each one indexed
+    assert outcomes[-1][0] == [(b":status", b"200"), (b"server", b"nginx")]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x76\x05ngi",  # value cut short
+        b"\x40\x03na",  # literal name cut short
+        b"\x7f",  # an index that needs more bytes, and has none
+        b"\x0f\x30\x01v",  # a 4-bit index over more bytes (15 + 48 = 63: dynamic, empty)
+        b"\x40\x85\xff\xff\xff\xff\xff\x01v",  # a bad Huffman name
+    ],
+)
+def test_bad_blocks_fail_as_with_hpack(data: bytes) -> None:
+    decode_both([data, data])
+
+
+def literal(first: bytes, value: bytes) -> bytes:
+    return first + hpack.hpack.encode_integer(len(value), 7) + value
+
+
+def add_entry(name: bytes, value: bytes) -> bytes:
+    """Literal with incremental indexing, literal name: a new dynamic entry 62."""
+    return b"\x40" + literal(b"", name) + literal(b"", value)
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        # Incremental indexing, name: dynamic entry 62 (6-bit prefix, one byte).
+        literal(b"\x7e", b"v"),
+        # Never indexed, name: dynamic entry 62 as a 4-bit prefix over two bytes
+        # (15 + 47), with a 46-byte value: read as a one-byte static index, its
+        # length would come out right, and only the index says it is dynamic.
+        literal(b"\x1f\x2f", b"w" * 46),
+    ],
+)
+def test_fields_naming_a_dynamic_entry_are_decoded_each_time(field: bytes) -> None:
+    """The same bytes mean another name once the dynamic table has changed."""
+    mine, _, outcomes = decode_both(
+        [add_entry(b"x-a", b"1") + field, add_entry(b"x-b", b"2") + field]
+    )
+    assert [headers[1][0] for headers, _ in outcomes] == [b"x-a", b"x-b"]  # type: ignore[index]
+    assert mine.hits == 0
