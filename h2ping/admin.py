@@ -22,6 +22,7 @@ import httptools
 
 from .config import HostPort
 from .metrics import Metrics, Snapshot, Workers, render
+from .proxy import AdminListenError
 from .siblings import Siblings
 
 if TYPE_CHECKING:
@@ -43,14 +44,6 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
             431: "Request Header Fields Too Large", 500: "Internal Server Error",
             503: "Service Unavailable"}  # fmt: skip
-
-
-class AdminListenError(OSError):
-    """The admin address could not be bound; ``address`` says which one it was."""
-
-    def __init__(self, address: HostPort, cause: OSError) -> None:
-        super().__init__(cause.errno, cause.strerror or str(cause))
-        self.address = address
 
 
 class AdminServer:

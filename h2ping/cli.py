@@ -21,17 +21,18 @@ import socket
 import ssl
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .admin import AdminListenError
 from .config import Config
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
+from .heap import HeapTrimmer
 from .logs import LIFECYCLE, setup_logging
-from .proxy import BindError, Proxy, bind_listener
-from .siblings import Links
+from .proxy import AdminListenError, BindError, Proxy, bind_listener
 from .sockets import raise_nofile_limit
-from .workers import run_workers
+
+if TYPE_CHECKING:
+    from .siblings import Links
 
 log = logging.getLogger("h2ping")
 #: Start and stop lines, written at every -log-level.
@@ -138,6 +139,9 @@ async def serve(
     except AdminListenError as exc:  # not "cannot bind": that is the launcher's -listen hint
         log.error("cannot serve -admin-listen on %s: %s", exc.address, _reason(exc))
         return 1
+    # Process-wide, like the open-file limit: here and not in Proxy, which others embed.
+    trimmer = HeapTrimmer()
+    trimmer.start()
     try:
         if config.ready_file is not None and not write_ready_file(config.ready_file):
             await proxy.stop(grace=0)
@@ -161,6 +165,7 @@ async def serve(
         lifecycle.info("stopped: %s", proxy.summary())
         return 0
     finally:
+        trimmer.stop()
         remove_ready_file(config.ready_file)
 
 
@@ -181,6 +186,8 @@ def _run(coro: Coroutine[Any, Any, int]) -> int:
 
 def _run_workers(config: Config) -> int:
     """The parent of ``-workers N``: binds the one socket, forks, writes the ready file."""
+    from .workers import run_workers  # not needed by a single process
+
     try:
         sock = bind_listener(config.listen)
     except BindError as exc:

@@ -10,7 +10,6 @@ codings we support, ``CONNECT``, ``Host``, and the size limits.
 
 from __future__ import annotations
 
-import http
 from typing import Protocol
 
 from .fields import Header
@@ -27,6 +26,35 @@ _SUPPORTED_VERSIONS = ("1.0", "1.1")
 _HOST_BYTES = frozenset(
     b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!$%&'()*+,-.:;=[]_~"
 )
+
+
+#: Reason phrases of the usual statuses, so that most processes never load
+#: ``http.HTTPStatus`` (an enum of 60-odd members, ~0.1 MB); it answers for the rest.
+#: Only phrases every supported Python spells alike (3.13 renamed 413, 414, 416, 422).
+_REASONS = {
+    200: b"OK", 201: b"Created", 202: b"Accepted", 204: b"No Content",
+    206: b"Partial Content", 301: b"Moved Permanently", 302: b"Found",
+    304: b"Not Modified", 307: b"Temporary Redirect", 308: b"Permanent Redirect",
+    400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden", 404: b"Not Found",
+    405: b"Method Not Allowed", 408: b"Request Timeout", 409: b"Conflict",
+    429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
+    500: b"Internal Server Error", 501: b"Not Implemented", 502: b"Bad Gateway",
+    503: b"Service Unavailable", 504: b"Gateway Timeout",
+    505: b"HTTP Version Not Supported",
+}  # fmt: skip
+
+
+def reason_phrase(status: int) -> bytes:
+    """The status line's reason phrase; empty for a status without a name."""
+    reason = _REASONS.get(status)
+    if reason is None:
+        import http
+
+        try:
+            reason = http.HTTPStatus(status).phrase.encode()
+        except ValueError:
+            reason = b""
+    return reason
 
 
 class RequestRejected(Exception):
@@ -187,11 +215,7 @@ class ResponseWriter:
             headers = [*headers, (b"connection", b"close")]
         elif request.http_version == "1.0":
             headers = [*headers, (b"connection", b"keep-alive")]
-        try:
-            reason = http.HTTPStatus(status).phrase.encode()
-        except ValueError:
-            reason = b""
-        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason)]
+        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status))]
         for name, value in headers:
             parts += (name, b": ", value, b"\r\n")
         parts.append(b"\r\n")

@@ -1,6 +1,6 @@
 """The HTTP/1.1 side: one :class:`ClientConnection` per accepted socket.
 
-An ``asyncio.Protocol`` fed to httptools (llhttp, strict RFC 9112 parsing). Each
+An ``asyncio.BufferedProtocol`` fed to httptools (llhttp, strict RFC 9112 parsing). Each
 parsed request becomes a :class:`~h2ping.http1.Request` handed to a handler (the
 exchange), which answers through the request's :class:`~h2ping.http1.ResponseWriter`.
 Nothing here knows about HTTP/2.
@@ -36,6 +36,11 @@ from .stats import Stats
 log = logging.getLogger("h2ping.listener")
 
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n"
+
+#: The most one read takes from a client's socket (uvloop's own reads take 256 KiB).
+#: An upload whose stream cannot send is paused with at most one read beyond
+#: SEND_HIGH_WATER held here; the rest waits in the kernel's socket buffer.
+READ_SIZE = 128 * 1024
 
 
 class RequestHandler(Protocol):
@@ -87,16 +92,19 @@ class OutputFlusher:
 
 
 class ListenerLimits:
-    """Time limits for client connections (seconds)."""
+    """What the client connections of one listener share: time limits (seconds),
+    and the one buffer of READ_SIZE that their reads land in. One suffices: each
+    read is parsed before the next, and what the parser hands on is a copy."""
 
-    __slots__ = ("header_timeout", "idle_timeout")
+    __slots__ = ("header_timeout", "idle_timeout", "read_buffer")
 
     def __init__(self, header_timeout: float, idle_timeout: float) -> None:
         self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
+        self.read_buffer = memoryview(bytearray(READ_SIZE))
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection(asyncio.BufferedProtocol):
     """One accepted HTTP/1.1 connection."""
 
     def __init__(
@@ -111,6 +119,7 @@ class ClientConnection(asyncio.Protocol):
         self._registry = registry
         self._stats = stats
         self._limits = limits
+        self._read_buffer = limits.read_buffer
         # Kept: asyncio.get_running_loop() makes a getpid() system call (its
         # fork check), which cost a tenth of the CPU of streamed responses.
         self._loop = asyncio.get_running_loop()
@@ -157,7 +166,13 @@ class ClientConnection(asyncio.Protocol):
         set_nodelay(sock)
         self._arm_timer(self._limits.header_timeout, self._on_header_timeout)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._feed(self._read_buffer[:nbytes])
+
+    def _feed(self, data: bytes | memoryview) -> None:
         if self._closing or self._rejection is not None:
             return
         if self._reading is None or self._in_head:
@@ -175,7 +190,8 @@ class ClientConnection(asyncio.Protocol):
                 self._reject(500, "internal error while reading the request")
             return
         except httptools.HttpParserError as exc:
-            if data.startswith(_H2_PREFACE[:3]) and _H2_PREFACE.startswith(data[:16]):
+            start = bytes(data[:16])
+            if start.startswith(_H2_PREFACE[:3]) and _H2_PREFACE.startswith(start):
                 self._reject(400, "HTTP/2 connection preface on an HTTP/1.1 port")
             else:
                 self._reject(400, f"malformed HTTP/1.1 request: {exc}")
@@ -280,7 +296,7 @@ class ClientConnection(asyncio.Protocol):
         request.body_complete = True
         handler.end_body()
 
-    def _after_upgrade(self, rest: bytes) -> None:
+    def _after_upgrade(self, rest: bytes | memoryview) -> None:
         """``Upgrade`` is hop-by-hop and is not acted on: keep reading HTTP/1.1."""
         self._parser = httptools.HttpRequestParser(self)
         request, self._body_after_upgrade = self._body_after_upgrade, None
@@ -293,7 +309,7 @@ class ClientConnection(asyncio.Protocol):
             self._continuing = True
             self._parser.feed_data(b"POST / HTTP/1.1\r\n" + framing + b"\r\n\r\n")
         if rest:
-            self.data_received(rest)
+            self._feed(rest)
 
     # ----------------------------------------------------------------- timers
     #

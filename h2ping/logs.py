@@ -12,8 +12,6 @@ Nothing is guessed beyond that.
 
 from __future__ import annotations
 
-import datetime
-import json
 import logging
 import re
 import sys
@@ -42,6 +40,10 @@ class JsonFormatter(logging.Formatter):
         self.instance = instance
 
     def format(self, record: logging.LogRecord) -> str:
+        # Here, not at the top: a process logging text never loads them (~0.4 MB).
+        import datetime
+        import json
+
         event = record.getMessage()
         created = datetime.datetime.fromtimestamp(record.created).astimezone()
         out: dict[str, object] = {

@@ -12,9 +12,8 @@ import asyncio
 import logging
 import socket
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .admin import AdminServer
 from .config import Config, HostPort, parse_listen, parse_upstream
 from .dial import load_ca_file
 from .errors import UpstreamError
@@ -25,9 +24,12 @@ from .listener import ClientConnection, ListenerLimits, OutputFlusher
 from .logs import plural
 from .pool import Pool
 from .retry import RetryBudget
-from .siblings import Links, Siblings, answer_siblings
 from .stats import Stats
 from .upstream import ConnState
+
+if TYPE_CHECKING:
+    from .admin import AdminServer
+    from .siblings import Links
 
 log = logging.getLogger("h2ping")
 
@@ -38,6 +40,14 @@ LISTEN_BACKLOG = 4096
 
 class BindError(OSError):
     """The listen address could not be bound; ``address`` says which one it was."""
+
+    def __init__(self, address: HostPort, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.address = address
+
+
+class AdminListenError(OSError):
+    """The admin address could not be bound; ``address`` says which one it was."""
 
     def __init__(self, address: HostPort, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause))
@@ -184,9 +194,15 @@ class Proxy:
         if config.loop_lag_interval > 0:
             self.lag = LagMonitor(config.loop_lag_interval)
             self.lag.start()
+        # Imported here, not above: only -workers and -admin-listen need them.
         if links is not None and links.answer_on is not None:
+            from .siblings import answer_siblings
+
             self._answering = await answer_siblings(self, links.answer_on)
         if config.admin_listen is not None:
+            from .admin import AdminServer
+            from .siblings import Siblings
+
             siblings = Siblings(links) if links is not None and links.ask else None
             admin = AdminServer(self, config.admin_listen, siblings)
             try:

@@ -45,6 +45,7 @@ class FakeTransport:
 
     def __init__(self) -> None:
         self.written = bytearray()
+        self.write_sizes: list[int] = []
         self._read = 0
         self.closed = False
         self.aborted = False
@@ -63,6 +64,7 @@ class FakeTransport:
     def write(self, data: bytes) -> None:
         assert not self.is_closing(), "write after close"
         self.written += data
+        self.write_sizes.append(len(data))
 
     def is_closing(self) -> bool:
         return self.closed or self.aborted

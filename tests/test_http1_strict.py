@@ -234,3 +234,16 @@ async def test_slow_clients_do_not_delay_others() -> None:
         assert [r.path for r in up.requests] == ["/fast"]
     assert raw.startswith(b"HTTP/1.1 200 OK")
     assert elapsed < 0.5
+
+
+def test_reason_phrases_are_the_standard_ones() -> None:
+    """The status line's phrases kept here are http.HTTPStatus's, which answers
+    for every other status; a status without a name has an empty phrase."""
+    import http
+
+    from h2ping.http1 import _REASONS, reason_phrase
+
+    for status, phrase in _REASONS.items():
+        assert phrase == http.HTTPStatus(status).phrase.encode(), status
+    assert reason_phrase(418) == http.HTTPStatus(418).phrase.encode()
+    assert reason_phrase(599) == b""

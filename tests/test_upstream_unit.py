@@ -21,6 +21,7 @@ from h2ping.stats import Stats
 from h2ping.upstream import (
     CONNECTION_WINDOW,
     PUMP_BATCH,
+    SEND_LOW_WATER,
     STREAM_WINDOW,
     ConnState,
     SlotLost,
@@ -210,11 +211,12 @@ async def test_request_body_waits_for_window_updates() -> None:
     h.feed(h.server.window_update(1, 100_000))
     frames = await h.sent()
     assert data_bytes(frames, 1) == 100_000 and not of(DataFrame, frames)[-1].flags
-    assert sink.send_ready == 1  # below the low-water mark: the client's reads resume
+    assert stream.pending_bytes > SEND_LOW_WATER and not sink.send_ready
     h.feed(h.server.window_update(1, 100_000))
     frames = await h.sent()
     assert data_bytes(frames, 1) == 50_000 and "END_STREAM" in of(DataFrame, frames)[-1].flags
     assert stream.local_ended and stream.pending_bytes == 0
+    assert sink.send_ready == 1  # below the low-water mark: the client's reads resume
 
 
 async def test_a_full_socket_buffer_stops_turning_body_into_frames() -> None:
@@ -242,6 +244,27 @@ async def test_a_large_window_is_filled_one_batch_per_callback() -> None:
     for _ in range(5):
         total += data_bytes(await h.sent(), 1)
     assert total == PUMP_BATCH * 3 and stream.pending_bytes == 0
+
+
+async def test_uploads_with_room_to_send_take_turns_one_batch_per_write() -> None:
+    """However many streams could send, one write to the socket carries about one
+    batch (TLS keeps a buffer the size of the largest write it took), and the
+    streams take turns."""
+    h = Harness(window=2**31 - 1)
+    h.feed(h.server.window_update(0, 2**31 - 1 - 65535))
+    streams = [h.open(end_stream=False)[0] for _ in range(4)]
+    await h.sent()
+    h.transport.write_sizes.clear()
+    for stream in streams:
+        stream.send(b"z" * (PUMP_BATCH * 2))
+    served = []
+    for _ in range(8):
+        served.append({f.stream_id for f in of(DataFrame, await h.sent())})
+    # In the order they queued: stream 1 was back in line before the others came.
+    assert served == [{1}, {1}, {3}, {5}, {7}, {3}, {5}, {7}]
+    assert all(stream.pending_bytes == 0 for stream in streams)
+    frame_headers = 9 * (PUMP_BATCH // 16384 + 1)
+    assert max(h.transport.write_sizes) <= PUMP_BATCH + frame_headers
 
 
 async def test_slot_on_a_connection_that_stopped_taking_streams() -> None:
