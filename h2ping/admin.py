@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 import httptools
 
 from .config import HostPort
-from .metrics import Metrics, Snapshot, Workers, render
-from .proxy import AdminListenError
+from .errors import AdminListenError
+from .metrics import Metrics, Observed, Snapshot, Workers, render
 from .siblings import Siblings
-
-if TYPE_CHECKING:
-    from .proxy import Proxy
 
 log = logging.getLogger("h2ping.admin")
 
@@ -46,11 +43,17 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             503: "Service Unavailable"}  # fmt: skip
 
 
+class Served(Observed, Protocol):
+    """What the admin endpoint reads of its proxy."""
+
+    async def readiness(self, timeout: float) -> str | None: ...
+
+
 class AdminServer:
     """Serves the admin endpoint of one :class:`~h2ping.proxy.Proxy`, and with
     ``siblings`` of the other workers too."""
 
-    def __init__(self, proxy: Proxy, listen: HostPort, siblings: Siblings | None = None) -> None:
+    def __init__(self, proxy: Served, listen: HostPort, siblings: Siblings | None = None) -> None:
         self._proxy = proxy
         self._listen = listen
         self._siblings = siblings

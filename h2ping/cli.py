@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .config import Config
+from .errors import AdminListenError, BindError
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
 from .heap import HeapTrimmer
 from .logs import LIFECYCLE, setup_logging
-from .proxy import AdminListenError, BindError, Proxy, bind_listener
+from .proxy import Proxy, bind_listener
 from .sockets import raise_nofile_limit
 
 if TYPE_CHECKING:

@@ -9,6 +9,25 @@ from __future__ import annotations
 
 import h2.exceptions
 
+from .config import HostPort
+
+
+class ListenError(OSError):
+    """A listening address could not be bound; ``address`` says which one it was."""
+
+    def __init__(self, address: HostPort, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.address = address
+
+
+class BindError(ListenError):
+    """The proxy's listen address could not be bound."""
+
+
+class AdminListenError(ListenError):
+    """The admin address could not be bound (told apart from :class:`BindError`:
+    a launcher's hint about ``-listen`` would mislead)."""
+
 
 class UpstreamError(Exception):
     """A failure on the upstream side.

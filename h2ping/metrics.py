@@ -11,14 +11,26 @@ import copy
 import dataclasses
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ._version import __version__
 from .config import Config
+from .lag import LagMonitor
 from .stats import Histogram, Stats
 
-if TYPE_CHECKING:
-    from .proxy import Proxy
+
+class Observed(Protocol):
+    """What a snapshot reads of a proxy: its settings, counters and gauges."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def stats(self) -> Stats: ...
+    @property
+    def lag(self) -> LagMonitor | None: ...
+    @property
+    def in_flight(self) -> int: ...
+    def connection_states(self) -> dict[str, int]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +44,7 @@ class Snapshot:
     lag: Histogram | None  # event-loop lag, when measured
 
     @classmethod
-    def of(cls, proxy: Proxy) -> Snapshot:
+    def of(cls, proxy: Observed) -> Snapshot:
         """A copy: the proxy's later traffic does not change it."""
         lag = proxy.lag.histogram if proxy.lag is not None else None
         return cls(
@@ -93,7 +105,7 @@ class Workers:
 class Metrics:
     """Renders one proxy's counters and gauges as Prometheus text."""
 
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: Observed) -> None:
         self._proxy = proxy
 
     def render(self) -> str:

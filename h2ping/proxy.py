@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import Config, HostPort, parse_listen, parse_upstream
 from .dial import load_ca_file
-from .errors import UpstreamError
+from .errors import BindError, UpstreamError
 from .exchange import Exchange, ExchangeContext
 from .http1 import Request, ResponseWriter
 from .lag import LagMonitor
@@ -36,22 +36,6 @@ log = logging.getLogger("h2ping")
 
 #: Pending client connections the kernel queues for us.
 LISTEN_BACKLOG = 4096
-
-
-class BindError(OSError):
-    """The listen address could not be bound; ``address`` says which one it was."""
-
-    def __init__(self, address: HostPort, cause: OSError) -> None:
-        super().__init__(cause.errno, cause.strerror or str(cause))
-        self.address = address
-
-
-class AdminListenError(OSError):
-    """The admin address could not be bound; ``address`` says which one it was."""
-
-    def __init__(self, address: HostPort, cause: OSError) -> None:
-        super().__init__(cause.errno, cause.strerror or str(cause))
-        self.address = address
 
 
 def bind_listener(listen: HostPort) -> socket.socket:
@@ -194,7 +178,8 @@ class Proxy:
         if config.loop_lag_interval > 0:
             self.lag = LagMonitor(config.loop_lag_interval)
             self.lag.start()
-        # Imported here, not above: only -workers and -admin-listen need them.
+        # Imported here, not above: only -workers and -admin-listen need them, and a
+        # plain proxy's memory stays without them (they never import this module).
         if links is not None and links.answer_on is not None:
             from .siblings import answer_siblings
 

@@ -19,18 +19,21 @@ import functools
 import json
 import logging
 import socket
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
-from .metrics import Snapshot
-
-if TYPE_CHECKING:
-    from .proxy import Proxy
+from .metrics import Observed, Snapshot
 
 log = logging.getLogger("h2ping.admin")
 
 #: Lines longer than these mean the other end is not ours: the link is dropped.
 MAX_QUESTION_BYTES = 64
 MAX_ANSWER_BYTES = 1024 * 1024
+
+
+class Answering(Observed, Protocol):
+    """What a worker's answers read of its proxy."""
+
+    def not_serving(self) -> str | None: ...
 
 
 @dataclasses.dataclass
@@ -45,7 +48,7 @@ class Links:
     ask: dict[int, socket.socket] = dataclasses.field(default_factory=dict)
 
 
-async def answer_siblings(proxy: Proxy, sock: socket.socket) -> asyncio.BaseTransport:
+async def answer_siblings(proxy: Answering, sock: socket.socket) -> asyncio.BaseTransport:
     """Answer worker 1's questions about ``proxy`` on ``sock``; closing the returned
     transport stops it."""
     loop = asyncio.get_running_loop()
@@ -54,7 +57,7 @@ async def answer_siblings(proxy: Proxy, sock: socket.socket) -> asyncio.BaseTran
 
 
 class _Answerer(asyncio.Protocol):
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: Answering) -> None:
         self._proxy = proxy
         self._buffer = b""
         self._transport: asyncio.Transport | None = None
