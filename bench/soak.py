@@ -710,7 +710,7 @@ async def soak(args: argparse.Namespace) -> int:
         "proxy exchanges": len(proxy.exchanges),
         "proxy client connections": len(proxy.clients),
         "pool streams": sum(len(c.streams) + c.reserved for c in proxy.pool.connections),
-        "retry-buffer bytes": proxy.stats.retry_buffer_bytes,
+        "retry-buffer bytes": proxy.retry_budget.used,
         "retry budget used": proxy.retry_budget.used,
         "upstream open streams": upstream.open_streams,
     }
@@ -836,7 +836,7 @@ def print_report(
     )
     for cut in idle_cut.live_cuts[:10]:
         print(f"  live flow cut: {cut}")
-    print(f"h2ping: {stats.summary()}")
+    print(f"h2ping: {proxy.summary()}")
     print(f"  responses by class: {dict(sorted(stats.responses.items()))}")
     levels = collections.Counter()
     for (name, level), n in proxy_log.counts.items():

@@ -158,19 +158,19 @@ class Exchange:
     def cancel(self) -> None:
         """The client went away."""
         if not self._finished:
-            self._ctx.stats.cancelled += 1
+            self._ctx.stats.request_cancelled()
         self._stop()
 
     def reject(self) -> None:
         """The request body was malformed: the listener answers it with a 4xx."""
         if not self._finished:
-            self._ctx.stats.rejected += 1
+            self._ctx.stats.request_rejected()
         self._stop()
 
     def cut(self) -> None:
         """The proxy is shutting down and the grace period is over."""
         if not self._finished:
-            self._ctx.stats.cut_at_shutdown += 1
+            self._ctx.stats.request_cut()
         self._stop()
 
     def _stop(self) -> None:
@@ -215,7 +215,7 @@ class Exchange:
 
     def on_end(self) -> None:
         self._stream = None
-        self._ctx.stats.completed += 1
+        self._ctx.stats.request_completed()
         self._finish()
         self._writer.end()
 
@@ -286,7 +286,7 @@ class Exchange:
         if self._may_replay(error):
             self._attempt += 1
             self._answered_mark = self._ctx.pool.answered
-            self._ctx.stats.replays += 1
+            self._ctx.stats.request_replayed()
             log.info(
                 "%s: replaying (%s), attempt %d", self._where(), error.detail, self._attempt + 1
             )
@@ -332,24 +332,23 @@ class Exchange:
         stats = self._ctx.stats
         if self._writer.started and self._writer.retract():
             # Nothing of the response reached the client yet: a 502 can stand in.
-            stats.responses[f"{self._status // 100}xx"] -= 1
+            stats.response_retracted(self._status)
         # One line per failed request: the request, the connection, the cause.
         cause = {"cause": error.error}
         if self._writer.started:
             log.warning(
                 "%s: response aborted after headers: %s", self._where(error), error, extra=cause
             )
-            stats.aborted += 1
+            stats.request_aborted()
             self._writer.abort()
             return
         if error.retryable and not self._body.kept:
-            stats.replays_refused_for_size += 1
+            stats.replay_refused_for_size()
             error = UpstreamError(error.error, f"{error.detail}; not retried: {self._body.reason}")
         elif error.retryable:
             error = UpstreamError(
                 error.error, f"{error.detail}; gave up after {self._attempt} replays"
             )
         log.warning("%s: 502 %s", self._where(error), error, extra=cause)
-        stats.failed += 1
-        stats.count_response(502)
+        stats.request_failed(502)
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))

@@ -266,7 +266,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         method = parser.get_method()
         version = parser.get_http_version()
         check_head(method, version, self._headers)
-        self._stats.requests += 1
+        self._stats.request_received()
         request = Request(method, self._url, self._headers, version, parser.should_keep_alive())
         request.upgrade = parser.should_upgrade()
         writer = ResponseWriter(self, request)
@@ -466,9 +466,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         then close (what follows it on the connection cannot be trusted)."""
         log.info("client request rejected: %d %s", status, text)
         if self._reading is None:  # a head: it ends here; a body's handler counts it
-            self._stats.requests += 1
-            self._stats.rejected += 1
-        self._stats.count_response(status)
+            self._stats.head_rejected(status)
+        else:
+            self._stats.count_response(status)
         self._in_head = False
         self._cancel_timer()
         self.pause_reading()

@@ -61,11 +61,8 @@ class Liveness:
         self.last_read = self._loop.time()
 
     def on_ack(self, payload: bytes) -> None:
-        self._stats.ping_acks += 1
-        if payload == self._payload and self._sent_at is not None:
-            rtt = time.perf_counter() - self._sent_precise
-            self._stats.last_ping_rtt = rtt
-            self._stats.ping_rtt.observe(rtt)
+        answered = payload == self._payload and self._sent_at is not None
+        self._stats.ping_acked(time.perf_counter() - self._sent_precise if answered else None)
 
     def _schedule(self, when: float) -> None:
         if self._interval > 0:
@@ -86,7 +83,7 @@ class Liveness:
                 self._schedule(now + DEATH_CONFIRM_DELAY)
                 return
             else:
-                self._stats.ping_timeouts += 1
+                self._stats.ping_timed_out()
                 self._on_dead(now - self.last_read, now - sent_at)
                 return
         self._confirming = False
@@ -99,6 +96,6 @@ class Liveness:
         self._sent_at = now
         self._sent_precise = time.perf_counter()
         self._send_ping(self._payload)
-        self._stats.pings_sent += 1
+        self._stats.ping_sent()
         # Look again after an interval: an ACK by then restarts the idle clock.
         self._schedule(now + min(self._interval, self.timeout))

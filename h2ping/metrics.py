@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ._version import __version__
 from .config import Config
 from .lag import LagMonitor
+from .retry import RetryBudget
 from .stats import Histogram, Stats
 
 
@@ -28,6 +29,8 @@ class Observed(Protocol):
     def stats(self) -> Stats: ...
     @property
     def lag(self) -> LagMonitor | None: ...
+    @property
+    def retry_budget(self) -> RetryBudget: ...
     @property
     def in_flight(self) -> int: ...
     def connection_states(self) -> dict[str, int]: ...
@@ -48,7 +51,7 @@ class Snapshot:
         """A copy: the proxy's later traffic does not change it."""
         lag = proxy.lag.histogram if proxy.lag is not None else None
         return cls(
-            stats=copy.deepcopy(proxy.stats),
+            stats=proxy.stats.snapshot(retry_buffer_bytes=proxy.retry_budget.used),
             in_flight=proxy.in_flight,
             connections=proxy.connection_states(),
             retry_buffer_limit=proxy.config.max_buffered_bytes,

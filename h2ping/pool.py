@@ -151,7 +151,7 @@ class Pool:
             self._fail_waiters(exc)
             return
         self._connecting = None
-        self._stats.connections_opened += 1
+        self._stats.connection_opened()
         log.debug("conn=%d open to %s, max streams %d", conn_id, conn.upstream, conn.max_streams)
         if self._closed:
             conn.close("proxy shutting down")
@@ -168,7 +168,7 @@ class Pool:
         if conn.state is not ConnState.OPEN:
             return
         if not conn.busy and not self._waiters:
-            self._stats.retired += 1
+            self._stats.connection_retired()
             log.info("conn=%d reached its age limit (%.1fs) idle: closing", conn.id, conn.age_limit)
             conn.retire("max-conn-age")
             return
@@ -185,7 +185,7 @@ class Pool:
         for conn in retiring:
             if conn.state is not ConnState.OPEN:
                 continue  # ended meanwhile
-            self._stats.retired += 1
+            self._stats.connection_retired()
             log.info("conn=%d retired: finishing %s", conn.id, plural(len(conn.streams), "stream"))
             conn.retire("max-conn-age")
 

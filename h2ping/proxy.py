@@ -119,7 +119,8 @@ class Proxy:
     def summary(self) -> str:
         """The counters, and the loop lag when measured: the shutdown line."""
         lag = self.lag.summary() if self.lag is not None else ""
-        return f"{self.stats.summary()} {lag}".rstrip()
+        stats = self.stats.snapshot(retry_buffer_bytes=self.retry_budget.used)
+        return f"{stats.summary()} {lag}".rstrip()
 
     @property
     def in_flight(self) -> int:

@@ -572,7 +572,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.goaway_last_stream_id is not None:
             last_stream_id = min(last_stream_id, self.goaway_last_stream_id)
         self.goaway_last_stream_id = last_stream_id
-        self._stats.goaways += 1
+        self._stats.goaway_received()
         try:
             code_name = ErrorCodes(code).name
         except ValueError:

@@ -440,7 +440,7 @@ class H1Harness(Harness):
         return {
             "exchanges": len(proxy.exchanges),
             "client connections": len(proxy.clients),
-            "kept body bytes": proxy.stats.retry_buffer_bytes + proxy.retry_budget.used,
+            "kept body bytes": proxy.retry_budget.used,
             "pool streams": sum(len(c.streams) + c.reserved for c in pool.connections),
             "upstream open streams": self.upstream.open_streams,
         }
@@ -1140,7 +1140,7 @@ class H2Harness(Harness):
         return {
             "exchanges": len(proxy.exchanges),
             "client connections": len(proxy.clients),
-            "kept body bytes": proxy.stats.retry_buffer_bytes + proxy.retry_budget.used,
+            "kept body bytes": proxy.retry_budget.used,
             "pool connections": len(proxy.pool.connections),
             "upstream scripts": self.scripts.running,
         }
