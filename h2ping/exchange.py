@@ -17,8 +17,6 @@ import dataclasses
 import logging
 import random
 
-from h2.errors import ErrorCodes
-
 from . import errors
 from .config import Upstream
 from .errors import UpstreamError
@@ -28,7 +26,7 @@ from .http1 import Request, ResponseWriter
 from .pool import Pool
 from .retry import BUDGET_REACHED, KeptBody, RetryBudget
 from .stats import Stats
-from .upstream import SEND_HIGH_WATER, SlotLost, StreamSlot, UpstreamStream
+from .upstream import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
 
 log = logging.getLogger("h2ping.exchange")
 
@@ -138,12 +136,12 @@ class Exchange:
         stream = self._stream
         if stream is not None:
             stream.send(data)
-            if stream.pending_bytes > SEND_HIGH_WATER:
+            if stream.send_full:
                 self._writer.pause_reading()
         else:
             self._unsent.append(data)
             self._unsent_bytes += len(data)
-            if self._unsent_bytes > SEND_HIGH_WATER:
+            if send_backlog_full(self._unsent_bytes):
                 self._writer.pause_reading()
 
     def end_body(self) -> None:
@@ -193,7 +191,7 @@ class Exchange:
             status, fields = response_head(headers)
         except MalformedResponse as exc:
             if self._stream is not None:
-                self._stream.cancel(ErrorCodes.PROTOCOL_ERROR)
+                self._stream.reject_response()
             self.on_error(
                 UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"malformed response header block: {exc}")
             )
@@ -277,7 +275,7 @@ class Exchange:
         self._unsent_bytes = 0
         if self._body_ended and not end_now:
             stream.end()
-        if stream.pending_bytes < SEND_HIGH_WATER:
+        if not stream.send_full:
             self._writer.resume_reading()
 
     def _attempt_failed(self, error: UpstreamError) -> None:

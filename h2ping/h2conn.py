@@ -49,6 +49,7 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
 
 from . import errors
+from .h2errors import describe_h2_error
 from .hpackcache import FieldCachingDecoder
 
 #: A header list up to this much above our limit is still decoded (so only its
@@ -133,7 +134,7 @@ class _Stream(h2.stream.H2Stream):
             raise self._malformed(exc) from exc
 
     def _malformed(self, exc: Exception) -> _Fault:
-        detail = f"malformed response: {errors.describe_h2_error(exc)}"
+        detail = f"malformed response: {describe_h2_error(exc)}"
         return _Fault(self.stream_id, errors.HTTP_PROTOCOL_ERROR, detail, ErrorCodes.PROTOCOL_ERROR)
 
 

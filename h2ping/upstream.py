@@ -32,10 +32,11 @@ from h2.errors import ErrorCodes
 
 from . import errors
 from .config import Config
-from .errors import UpstreamError, describe_h2_error
+from .errors import UpstreamError
 from .fields import Header
 from .frames import GOAWAY, RUN, FloodError, FrameSizeError, FrameSplitter, data_frame
 from .h2conn import H2Connection, StreamFault
+from .h2errors import describe_h2_error
 from .liveness import Liveness
 from .logs import plural
 from .stats import Stats
@@ -47,8 +48,9 @@ log = logging.getLogger("h2ping.upstream")
 STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 64 * 1024 * 1024
 #: Request-body back-pressure, both marks in one place: the exchange pauses reading
-#: the client once more than SEND_HIGH_WATER waits to be sent upstream, and the
-#: stream tells it to resume (on_send_ready) when that drops below SEND_LOW_WATER.
+#: the client once more than SEND_HIGH_WATER waits to be sent upstream (it asks
+#: send_backlog_full), and the stream tells it to resume (on_send_ready) when that
+#: drops below SEND_LOW_WATER.
 #: An upload the peer's windows hold back thus keeps at most this plus one client
 #: read in memory; more would not send any sooner, as the client's next read is
 #: at hand when a WINDOW_UPDATE comes.
@@ -69,6 +71,12 @@ INBOUND_BATCH = 64 * 1024
 READ_SIZE = INBOUND_BATCH + 16 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
+
+
+def send_backlog_full(nbytes: int) -> bool:
+    """Whether ``nbytes`` of request body waiting to go upstream (queued on a
+    stream, or held while a stream is awaited) is enough to stop reading the client."""
+    return nbytes > SEND_HIGH_WATER
 
 
 class StreamSink(Protocol):
@@ -142,10 +150,21 @@ class UpstreamStream:
         """Give back all the credit of response data delivered so far."""
         self.ack(self.unacked)
 
+    @property
+    def send_full(self) -> bool:
+        """Whether the request body queued here should stop the client's reads
+        until :meth:`StreamSink.on_send_ready`."""
+        return send_backlog_full(self.pending_bytes)
+
     def cancel(self, error_code: int = ErrorCodes.CANCEL) -> None:
         """Abandon the stream (the client went away): RST_STREAM upstream."""
         if not self.closed:
             self.conn._reset(self, error_code)
+
+    def reject_response(self) -> None:
+        """The response head broke HTTP's rules: RST_STREAM with PROTOCOL_ERROR
+        (RFC 9113 section 8.1.1)."""
+        self.cancel(ErrorCodes.PROTOCOL_ERROR)
 
     def __repr__(self) -> str:
         return f"<stream {self.conn.id}/{self.stream_id}>"
