@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import logging
 import random
+from collections.abc import Callable
 
 from . import errors
 from .config import Upstream
@@ -61,6 +62,10 @@ class ExchangeContext:
     retry_budget: RetryBudget
     stats: Stats
     live: set[Exchange]  # not yet finished (a pipelined one waiting its turn included)
+    #: How a replay's pause is scheduled and jittered: the running loop's
+    #: call_later and random.random, unless a test gives a clock of its own.
+    call_later: Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None = None
+    jitter: Callable[[], float] = random.random
 
 
 class Exchange:
@@ -291,9 +296,11 @@ class Exchange:
             if self._attempt == 1:
                 self._next_attempt()
             else:  # refused again: give the upstream a moment (jittered, doubling)
+                ctx = self._ctx
                 pause = min(REPLAY_BACKOFF * 2 ** (self._attempt - 2), REPLAY_MAX_PAUSE / 2)
-                delay = pause * (1 + random.random())
-                self._backoff = asyncio.get_running_loop().call_later(delay, self._next_attempt)
+                delay = pause * (1 + ctx.jitter())
+                call_later = ctx.call_later or asyncio.get_running_loop().call_later
+                self._backoff = call_later(delay, self._next_attempt)
             return
         self._finish()
         self._fail(error)
