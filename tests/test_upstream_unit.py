@@ -8,7 +8,6 @@ import pytest
 from h2.errors import ErrorCodes
 from hyperframe.frame import (
     DataFrame,
-    Frame,
     GoAwayFrame,
     HeadersFrame,
     RstStreamFrame,
@@ -25,63 +24,19 @@ from h2ping.upstream import (
     STREAM_WINDOW,
     ConnState,
     SlotLost,
-    StreamSlot,
     UpstreamConnection,
-    UpstreamStream,
 )
 
-from .h2fake import REQUEST, FakeServer, FakeTransport, RecordingSink, config
-
-
-class Harness:
-    """One connection, the bytes it wrote, and how often it told its pool."""
-
-    def __init__(self, max_streams: int = 10, window: int = 65535, **settings: object) -> None:
-        self.changes = 0
-        self.stats = Stats()
-        self.conn = UpstreamConnection(config(**settings), 1, self._changed, self.stats)
-        self.transport = FakeTransport()
-        self.server = FakeServer()
-        self.conn.connection_made(self.transport)  # type: ignore[arg-type]
-        self.handshake = self.transport.frames()
-        self.feed(
-            self.server.settings(max_concurrent_streams=max_streams, initial_window_size=window),
-            self.server.settings(ack=True),  # our windows apply from the peer's ACK on
-        )
-
-    def _changed(self, conn: UpstreamConnection) -> None:
-        self.changes += 1
-
-    def feed(self, *chunks: bytes) -> None:
-        for chunk in chunks:
-            self.conn.data_received(chunk)
-
-    async def settle(self) -> None:
-        """Let the loop turn until the connection has taken in all it was fed
-        (more than a batch takes several turns, with reading paused meanwhile)."""
-        while not self.transport.reading and self.conn.state is not ConnState.CLOSED:
-            await asyncio.sleep(0)
-
-    def slot(self) -> StreamSlot:
-        slot = self.conn.try_reserve()
-        assert slot is not None
-        return slot
-
-    def open(self, end_stream: bool = True) -> tuple[UpstreamStream, RecordingSink]:
-        sink = RecordingSink()
-        return self.slot().open(REQUEST, sink, end_stream=end_stream), sink
-
-    async def sent(self) -> list[Frame]:
-        await asyncio.sleep(0)  # writes are coalesced into one per loop turn
-        return self.transport.frames()
-
-
-def of(kind: type[Frame], frames: list[Frame]) -> list:
-    return [f for f in frames if isinstance(f, kind)]
-
-
-def data_bytes(frames: list[Frame], stream_id: int) -> int:
-    return sum(len(f.data) for f in of(DataFrame, frames) if f.stream_id == stream_id)
+from .h2fake import (
+    REQUEST,
+    FakeServer,
+    FakeTransport,
+    Harness,
+    RecordingSink,
+    config,
+    data_bytes,
+    of,
+)
 
 
 async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> None:
