@@ -33,6 +33,7 @@ from .http1 import (
 )
 from .sockets import batch_writer, set_nodelay, set_tcp_keepalive
 from .stats import Stats
+from .timers import LazyTimer
 
 log = logging.getLogger("h2ping.listener")
 
@@ -149,9 +150,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._reading_paused = False
         self.write_paused = False
         self.flushes = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._deadline = 0.0
-        self._on_deadline: Callable[[], None] | None = None
+        # One timer per connection for the head and idle deadlines, in turn.
+        self._timer = LazyTimer(self._loop, self._on_timer)
+        self._on_deadline: Callable[[], None] = self._on_header_timeout
         # Parse state of the request being read.
         self._url = b""
         self._headers: list[Header] = []
@@ -335,42 +336,22 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._feed(rest)
 
     # ----------------------------------------------------------------- timers
-    #
-    # One lazy deadline per connection: setting or clearing it costs no timer
-    # operation; the single timer re-arms itself when it fires before the deadline.
 
     def _arm_timer(self, delay: float, callback: Callable[[], None]) -> None:
         if self._closing:
             return
-        loop = self._loop
-        self._deadline = loop.time() + delay
         self._on_deadline = callback
-        if self._timer is not None and self._timer.when() > self._deadline:
-            self._timer.cancel()  # an earlier deadline than the one armed
-            self._timer = None
-        if self._timer is None:
-            self._timer = loop.call_at(self._deadline, self._on_timer)
+        self._timer.set(self._loop.time() + delay)
 
     def _cancel_timer(self) -> None:
-        self._on_deadline = None
+        self._timer.clear()
 
     def _stop_timer(self) -> None:
-        self._on_deadline = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
 
     def _on_timer(self) -> None:
-        self._timer = None
-        callback = self._on_deadline
-        if callback is None or self._closing:
-            return
-        loop = self._loop
-        if loop.time() < self._deadline:
-            self._timer = loop.call_at(self._deadline, self._on_timer)
-            return
-        self._on_deadline = None
-        callback()
+        if not self._closing:
+            self._on_deadline()
 
     def _on_header_timeout(self) -> None:
         if self.state is ReadState.HEAD:

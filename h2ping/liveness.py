@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from .stats import Stats
+from .timers import LazyTimer
 
 #: Before declaring death, look once more after this long: if the event loop
 #: itself was blocked, bytes may be waiting in the socket, not yet read.
@@ -47,15 +48,13 @@ class Liveness:
         self._payload = b""
         self._count = 0
         self._confirming = False
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = LazyTimer(self._loop, self._check)
 
     def start(self) -> None:
         self._schedule(self.last_read + self._interval)
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
 
     def saw_bytes(self) -> None:
         self.last_read = self._loop.time()
@@ -66,10 +65,9 @@ class Liveness:
 
     def _schedule(self, when: float) -> None:
         if self._interval > 0:
-            self._timer = self._loop.call_at(when, self._check)
+            self._timer.set(when)
 
     def _check(self) -> None:
-        self._timer = None
         now = self._loop.time()
         sent_at = self._sent_at
         if sent_at is not None:

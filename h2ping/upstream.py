@@ -40,6 +40,7 @@ from .h2errors import describe_h2_error
 from .liveness import Liveness
 from .logs import plural
 from .stats import Stats
+from .timers import LazyTimer
 
 log = logging.getLogger("h2ping.upstream")
 
@@ -259,7 +260,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         # Closed after this long without a stream, as Go's transport does (0: never).
         self._idle_timeout = config.idle_conn_timeout
         self._idle_since = self.created_at
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_timer = LazyTimer(self._loop, self._check_idle)
         self.answered = 0  # streams the peer sent response headers for: it is taking work
         # headers.request_headers produces what h2's outbound checks would: skip them.
         h2_config = h2.config.H2Configuration(
@@ -578,9 +579,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
                 )
             if self._idle_timeout > 0:
                 self._idle_since = self._loop.time()
-                self._idle_timer = self._loop.call_at(
-                    self._idle_since + self._idle_timeout, self._check_idle
-                )
+                self._idle_timer.set(self._idle_since + self._idle_timeout)
         self._on_change(self)
 
     def _on_goaway(self, payload: bytes) -> None:
@@ -780,7 +779,6 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def _check_idle(self) -> None:
         """One timer per connection, re-armed lazily: streams ending only record
         the time, so a busy connection costs no timer operation per request."""
-        self._idle_timer = None
         if self.state is not ConnState.OPEN:
             return
         now = self._loop.time()
@@ -792,7 +790,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
                 log.info("conn=%d idle for %.1fs: closing", self.id, now - self._idle_since)
                 self.close("idle-conn-timeout")
                 return
-        self._idle_timer = self._loop.call_at(due, self._check_idle)
+        self._idle_timer.set(due)
 
     def _close_if_drained(self) -> None:
         if self.state is ConnState.DRAINING and not self.streams and not self.reserved:
@@ -824,10 +822,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.state = ConnState.CLOSED
         self.close_reason = self.close_reason or reason
         self._liveness.stop()
-        for timer in (self._age_timer, self._idle_timer):
-            if timer is not None:
-                timer.cancel()
-        self._age_timer = self._idle_timer = None
+        if self._age_timer is not None:
+            self._age_timer.cancel()
+            self._age_timer = None
+        self._idle_timer.cancel()
         for handle in (self._inbound_turn, self._turn_end):
             if handle is not None:
                 handle.cancel()
