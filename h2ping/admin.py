@@ -22,6 +22,7 @@ import httptools
 
 from .config import HostPort
 from .errors import AdminListenError
+from .http1 import reason_phrase
 from .metrics import Metrics, Observed, Snapshot, Workers, render
 from .siblings import Siblings
 
@@ -38,9 +39,6 @@ MAX_REQUEST_BYTES = 16 * 1024
 
 TEXT = "text/plain; charset=utf-8"
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error",
-            503: "Service Unavailable"}  # fmt: skip
 
 
 class Served(Observed, Protocol):
@@ -199,7 +197,7 @@ class _AdminConnection(asyncio.Protocol):
             return
         payload = body.encode()
         head = (
-            f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+            f"HTTP/1.1 {status} {reason_phrase(status).decode()}\r\n"
             f"Content-Type: {content_type}\r\n"
             f"Content-Length: {len(payload)}\r\n"
             "Cache-Control: no-store\r\n"

@@ -28,7 +28,7 @@ from .config import Config
 from .errors import AdminListenError, BindError
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
 from .heap import HeapTrimmer
-from .logs import LIFECYCLE, setup_logging
+from .logs import LIFECYCLE, plural, setup_logging
 from .proxy import Proxy, bind_listener
 from .sockets import raise_nofile_limit
 
@@ -89,10 +89,6 @@ def remove_ready_file(path: str | None) -> None:
         os.unlink(path)
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
 async def serve(
     config: Config,
     sock: socket.socket | None = None,
@@ -119,7 +115,7 @@ async def serve(
         lifecycle.info(
             "%s: draining %s (up to %gs)",
             signal.Signals(signum).name,
-            _plural(proxy.in_flight, "in-flight request"),
+            plural(proxy.in_flight, "in-flight request"),
             config.shutdown_grace,
         )
         stopping.set()

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from .config import Config
 from .dial import connect
-from .errors import UpstreamError
+from .errors import PROXY_INTERNAL_ERROR, UpstreamError
 from .logs import plural
 from .stats import Stats
 from .upstream import ConnState, StreamSlot, UpstreamConnection
@@ -63,7 +63,7 @@ class Pool:
         The caller must either ``open`` it or ``release`` it.
         """
         if self._closed:
-            raise UpstreamError("proxy_internal_error", "proxy is shutting down")
+            raise UpstreamError(PROXY_INTERNAL_ERROR, "proxy is shutting down")
         slot = self.try_acquire()
         if slot is not None:
             return slot
@@ -93,7 +93,7 @@ class Pool:
             self._connecting.cancel()
         for conn in list(self._conns):
             conn.close("proxy shutting down")
-        self._fail_waiters(UpstreamError("proxy_internal_error", "proxy is shutting down"))
+        self._fail_waiters(UpstreamError(PROXY_INTERNAL_ERROR, "proxy is shutting down"))
 
     # ----------------------------------------------------------------- internals
 
