@@ -70,6 +70,9 @@ class FakeTransport:
         self.written += data
         self.write_sizes.append(len(data))
 
+    def writelines(self, parts: Iterable[bytes]) -> None:
+        self.write(b"".join(parts))  # one write, as the client connections' batches are
+
     def is_closing(self) -> bool:
         return self.closed or self.aborted
 

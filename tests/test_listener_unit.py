@@ -4,45 +4,12 @@ handler that records what the connection told it."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from h2ping.http1 import Request, ResponseWriter
 from h2ping.listener import ClientConnection, ListenerLimits, ReadState
 from h2ping.stats import Stats
 
-
-class FakeTransport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.data = bytearray()
-        self.closed = False
-        self.aborted = False
-        self.reading = True
-
-    def write(self, data: Any) -> None:
-        self.data += data
-
-    def writelines(self, parts: Any) -> None:
-        for part in parts:
-            self.data += part
-
-    def is_closing(self) -> bool:
-        return self.closed or self.aborted
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default  # no socket: no socket options to set
+from .h2fake import FakeTransport
 
 
 class Handler:
@@ -106,8 +73,8 @@ class Client:
     async def output(self) -> bytes:
         """What was written by the end of this loop turn; taken off the transport."""
         await asyncio.sleep(0)
-        out = bytes(self.transport.data)
-        self.transport.data.clear()
+        out = bytes(self.transport.written)
+        self.transport.written.clear()
         return out
 
 
