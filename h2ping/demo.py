@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from .proxy import Proxy
+from .process.proxy import Proxy
 from .testing import ScriptedRequest, ScriptedUpstream
 
 

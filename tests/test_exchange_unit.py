@@ -11,7 +11,7 @@ import pytest
 
 from h2ping.config import parse_upstream
 from h2ping.errors import UpstreamError
-from h2ping.exchange import (
+from h2ping.forward.exchange import (
     MAX_REPLAYS,
     MAX_REPLAYS_WITH_PROGRESS,
     REPLAY_BACKOFF,
@@ -19,8 +19,8 @@ from h2ping.exchange import (
     Exchange,
     ExchangeContext,
 )
-from h2ping.http1 import Request, ResponseWriter
-from h2ping.retry import TOO_LARGE, RetryBudget
+from h2ping.forward.retry import TOO_LARGE, RetryBudget
+from h2ping.http1.messages import Request, ResponseWriter
 from h2ping.stats import Stats
 
 REFUSED = "connection_refused"

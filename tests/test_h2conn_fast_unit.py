@@ -20,9 +20,9 @@ from hyperframe.frame import DataFrame
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from h2ping import upstream
-from h2ping.frames import FrameSplitter
-from h2ping.upstream import ConnState, UpstreamStream
+from h2ping.http2 import upstream
+from h2ping.http2.frames import FrameSplitter
+from h2ping.http2.upstream import ConnState, UpstreamStream
 
 from .h2fake import REQUEST, FakeServer, Harness, RecordingSink
 

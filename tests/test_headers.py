@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from h2ping.config import parse_upstream
-from h2ping.headers import MalformedResponse, request_headers, request_path, response_head
+from h2ping.forward.headers import MalformedResponse, request_headers, request_path, response_head
 
 UPSTREAM = parse_upstream("https://api.example.com")
 FLAGS = HeaderValidationFlags(

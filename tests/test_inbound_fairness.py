@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 from hyperframe.frame import DataFrame
 
-from h2ping.frames import MAX_FRAME_SIZE
+from h2ping.http2.frames import MAX_FRAME_SIZE
+from h2ping.http2.upstream import INBOUND_BATCH, ConnState
 from h2ping.testing import ScriptedRequest
-from h2ping.upstream import INBOUND_BATCH, ConnState
 
 from .conftest import TLSFiles, running_proxy, scripted
 from .h2fake import Harness

@@ -17,7 +17,7 @@ import pytest
 from h2.errors import ErrorCodes
 
 from h2ping import Proxy
-from h2ping.metrics import Snapshot
+from h2ping.process.metrics import Snapshot
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
 from .conftest import TLSFiles, running_proxy, scripted

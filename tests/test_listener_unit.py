@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from h2ping.http1 import Request, ResponseWriter
-from h2ping.listener import ClientConnection, ListenerLimits, ReadState
+from h2ping.http1.listener import ClientConnection, ListenerLimits, ReadState
+from h2ping.http1.messages import Request, ResponseWriter
 from h2ping.stats import Stats
 
 from .h2fake import FakeTransport

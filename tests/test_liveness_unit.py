@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from h2ping.liveness import DEATH_CONFIRM_DELAY, Liveness
+from h2ping.http2.liveness import DEATH_CONFIRM_DELAY, Liveness
 from h2ping.stats import Stats
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from h2ping.errors import UpstreamError
-from h2ping.pool import Pool
+from h2ping.forward.pool import Pool
+from h2ping.http2.upstream import ConnState, UpstreamConnection
 from h2ping.stats import Stats
-from h2ping.upstream import ConnState, UpstreamConnection
 
 from .h2fake import REQUEST, FakeServer, FakeTransport, RecordingSink, config
 

@@ -14,7 +14,7 @@ import pytest
 import trustme
 
 from h2ping import Proxy
-from h2ping.dial import CAFileError, describe_tls_error
+from h2ping.http2.dial import CAFileError, describe_tls_error
 from h2ping.testing import ScriptedUpstream
 
 from .conftest import TLSFiles, running_proxy

@@ -16,8 +16,7 @@ from hyperframe.frame import (
 )
 
 from h2ping import errors
-from h2ping.stats import Stats
-from h2ping.upstream import (
+from h2ping.http2.upstream import (
     CONNECTION_WINDOW,
     PUMP_BATCH,
     SEND_LOW_WATER,
@@ -26,6 +25,7 @@ from h2ping.upstream import (
     SlotLost,
     UpstreamConnection,
 )
+from h2ping.stats import Stats
 
 from .h2fake import (
     REQUEST,

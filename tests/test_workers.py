@@ -18,10 +18,10 @@ import aiohttp
 import pytest
 
 from h2ping.config import Config, parse_listen, parse_upstream
-from h2ping.proxy import bind_listener
-from h2ping.siblings import Links
+from h2ping.process.proxy import bind_listener
+from h2ping.process.siblings import Links
+from h2ping.process.workers import RunOne, run_workers
 from h2ping.testing import ScriptedUpstream
-from h2ping.workers import RunOne, run_workers
 
 from .conftest import assert_not_accepting, free_port, scrape_metrics, wait_for_port
 from .launcher import H2PING_SIDECAR, StartFailed, launch

@@ -15,8 +15,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from .stats import Stats
-from .timers import LazyTimer
+from ..stats import Stats
+from ..timers import LazyTimer
 
 #: Before declaring death, look once more after this long: if the event loop
 #: itself was blocked, bytes may be waiting in the socket, not yet read.

@@ -23,14 +23,14 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
-from .config import Config
-from .errors import AdminListenError, BindError
+from .._version import __version__
+from ..config import Config
+from ..errors import AdminListenError, BindError
+from ..logs import LIFECYCLE, plural, setup_logging
+from ..sockets import raise_nofile_limit
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
 from .heap import HeapTrimmer
-from .logs import LIFECYCLE, plural, setup_logging
 from .proxy import Proxy, bind_listener
-from .sockets import raise_nofile_limit
 
 if TYPE_CHECKING:
     from .siblings import Links

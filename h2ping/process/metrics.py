@@ -13,11 +13,11 @@ import math
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from ._version import __version__
-from .config import Config
+from .._version import __version__
+from ..config import Config
+from ..forward.retry import RetryBudget
+from ..stats import Histogram, Stats
 from .lag import LagMonitor
-from .retry import RetryBudget
-from .stats import Histogram, Stats
 
 
 class Observed(Protocol):

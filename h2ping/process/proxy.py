@@ -14,18 +14,18 @@ import socket
 import ssl
 from typing import TYPE_CHECKING, Any
 
-from .config import Config, HostPort, parse_listen, parse_upstream
-from .dial import load_ca_file
-from .errors import BindError, UpstreamError
-from .exchange import Exchange, ExchangeContext
-from .http1 import Request, ResponseWriter
+from ..config import Config, HostPort, parse_listen, parse_upstream
+from ..errors import BindError, UpstreamError
+from ..forward.exchange import Exchange, ExchangeContext
+from ..forward.pool import Pool
+from ..forward.retry import RetryBudget
+from ..http1.listener import ClientConnection, ListenerLimits, OutputFlusher
+from ..http1.messages import Request, ResponseWriter
+from ..http2.dial import load_ca_file
+from ..http2.upstream import ConnState
+from ..logs import plural
+from ..stats import Stats
 from .lag import LagMonitor
-from .listener import ClientConnection, ListenerLimits, OutputFlusher
-from .logs import plural
-from .pool import Pool
-from .retry import RetryBudget
-from .stats import Stats
-from .upstream import ConnState
 
 if TYPE_CHECKING:
     from .admin import AdminServer

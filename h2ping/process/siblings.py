@@ -5,7 +5,7 @@ Each worker owns its counters, in its own memory. Before forking, the parent mak
 one socketpair per other worker, and each worker keeps only its own ends
 (:class:`Links`). Worker 1 asks with one line, ``KIND ID``; the other worker
 answers from its own event loop with one line, ``ID JSON``. KIND is ``metrics``
-(the answer is its :class:`~h2ping.metrics.Snapshot`) or ``ready`` (why it does
+(the answer is its :class:`~h2ping.process.metrics.Snapshot`) or ``ready`` (why it does
 not serve, or null). Worker 1 asks all of them at once and waits a short time: a
 worker that is stuck or gone counts as not answering, never as a hang, and an
 answer that comes too late is told apart by its id and dropped.

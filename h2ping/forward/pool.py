@@ -15,12 +15,12 @@ import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from .config import Config
-from .dial import connect
-from .errors import PROXY_INTERNAL_ERROR, UpstreamError
-from .logs import plural
-from .stats import Stats
-from .upstream import ConnState, StreamSlot, UpstreamConnection
+from ..config import Config
+from ..errors import PROXY_INTERNAL_ERROR, UpstreamError
+from ..http2.dial import connect
+from ..http2.upstream import ConnState, StreamSlot, UpstreamConnection
+from ..logs import plural
+from ..stats import Stats
 
 log = logging.getLogger("h2ping.pool")
 
@@ -34,7 +34,7 @@ class Pool:
         *,
         dial: Callable[..., Awaitable[UpstreamConnection]] = connect,
     ) -> None:
-        """``dial`` opens a connection, with :func:`~h2ping.dial.connect`'s arguments."""
+        """``dial`` opens a connection, with :func:`~h2ping.http2.dial.connect`'s arguments."""
         self._config = config
         self._dial = dial
         self._stats = stats

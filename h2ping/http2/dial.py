@@ -13,11 +13,11 @@ import socket
 import ssl
 from collections.abc import Callable
 
-from . import errors
-from .config import Config
-from .errors import UpstreamError
-from .sockets import set_tcp_keepalive
-from .stats import Stats
+from .. import errors
+from ..config import Config
+from ..errors import UpstreamError
+from ..sockets import set_tcp_keepalive
+from ..stats import Stats
 from .upstream import UpstreamConnection
 
 # OpenSSL's X509_V_ERR_* codes, as in SSLCertVerificationError.verify_code.

@@ -6,10 +6,10 @@ no extra dependency and cannot disturb forwarding: ``/healthz`` and ``/metrics``
 answered at once from counters, and ``/readyz`` waits at most ``READY_TIMEOUT``
 for an upstream connection, in its own task.
 
-With ``--workers N`` worker 1 serves it for all (:mod:`h2ping.siblings`):
+With ``--workers N`` worker 1 serves it for all (:mod:`h2ping.process.siblings`):
 ``/metrics`` adds up every worker's numbers, waiting at most ``METRICS_TIMEOUT``
 for the others, and ``/readyz`` is ready only when every worker serves.
-``/metrics`` is written by :mod:`h2ping.metrics`.
+``/metrics`` is written by :mod:`h2ping.process.metrics`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Protocol, cast
 
 import httptools
 
-from .config import HostPort
-from .errors import AdminListenError
-from .http1 import reason_phrase
+from ..config import HostPort
+from ..errors import AdminListenError
+from ..http1.messages import reason_phrase
 from .metrics import Metrics, Observed, Snapshot, Workers, render
 from .siblings import Siblings
 
@@ -48,7 +48,7 @@ class Served(Observed, Protocol):
 
 
 class AdminServer:
-    """Serves the admin endpoint of one :class:`~h2ping.proxy.Proxy`, and with
+    """Serves the admin endpoint of one :class:`~h2ping.process.proxy.Proxy`, and with
     ``siblings`` of the other workers too."""
 
     def __init__(self, proxy: Served, listen: HostPort, siblings: Siblings | None = None) -> None:

@@ -4,7 +4,7 @@ The connection is an ``asyncio.Protocol`` that reads all the time (push): every 
 goes through ``data_received`` to h2 and its events go straight to the stream they
 belong to. Nothing here knows about HTTP/1.1; a stream reports to a
 :class:`StreamSink`, which the exchange implements. Dialling (TCP, TLS, ALPN) is
-:mod:`h2ping.dial`.
+:mod:`h2ping.http2.dial`.
 
 GOAWAY frames are split off the byte stream and handled here instead of by h2,
 because h2 closes its whole state machine on any received GOAWAY, which would fail
@@ -30,17 +30,17 @@ import h2.exceptions
 import h2.settings
 from h2.errors import ErrorCodes
 
-from . import errors
-from .config import Config
-from .errors import UpstreamError
-from .fields import Header
+from .. import errors
+from ..config import Config
+from ..errors import UpstreamError
+from ..fields import Header
+from ..logs import plural
+from ..stats import Stats
+from ..timers import LazyTimer
 from .frames import GOAWAY, RUN, FloodError, FrameSizeError, FrameSplitter, data_frame
 from .h2conn import H2Connection, StreamFault
 from .h2errors import describe_h2_error
 from .liveness import Liveness
-from .logs import plural
-from .stats import Stats
-from .timers import LazyTimer
 
 log = logging.getLogger("h2ping.upstream")
 

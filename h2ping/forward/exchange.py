@@ -4,7 +4,7 @@ An :class:`Exchange` is the listener's request handler and the upstream stream's
 sink. Its task only waits for a stream slot and for the outcome; body bytes flow
 through callbacks in both directions, so there is no task or copy per chunk.
 
-The request body is kept (:class:`~h2ping.retry.KeptBody`) until response
+The request body is kept (:class:`~h2ping.forward.retry.KeptBody`) until response
 headers arrive, so a stream the upstream refused without processing it
 (REFUSED_STREAM, or above a GOAWAY's last_stream_id) can be replayed on another
 connection. Nothing else is replayed: the upstream may have acted on it.
@@ -18,16 +18,16 @@ import logging
 import random
 from collections.abc import Callable
 
-from . import errors
-from .config import Upstream
-from .errors import UpstreamError
-from .fields import Header
+from .. import errors
+from ..config import Upstream
+from ..errors import UpstreamError
+from ..fields import Header
+from ..http1.messages import Request, ResponseWriter
+from ..http2.upstream import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
+from ..stats import Stats
 from .headers import MalformedResponse, request_headers, response_head
-from .http1 import Request, ResponseWriter
 from .pool import Pool
 from .retry import BUDGET_REACHED, KeptBody, RetryBudget
-from .stats import Stats
-from .upstream import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
 
 log = logging.getLogger("h2ping.exchange")
 

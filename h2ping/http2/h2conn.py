@@ -48,7 +48,7 @@ import h2.stream
 from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
 
-from . import errors
+from .. import errors
 from .h2errors import describe_h2_error
 from .hpackcache import FieldCachingDecoder
 

@@ -1,8 +1,8 @@
 """The HTTP/1.1 side: one :class:`ClientConnection` per accepted socket.
 
 An ``asyncio.BufferedProtocol`` fed to httptools (llhttp, strict RFC 9112 parsing). Each
-parsed request becomes a :class:`~h2ping.http1.Request` handed to a handler (the
-exchange), which answers through the request's :class:`~h2ping.http1.ResponseWriter`.
+parsed request becomes a :class:`~h2ping.http1.messages.Request` handed to a handler (the
+exchange), which answers through the request's :class:`~h2ping.http1.messages.ResponseWriter`.
 Nothing here knows about HTTP/2.
 
 Requests on one connection are answered in order (RFC 9112 section 9.3.2): a
@@ -22,8 +22,11 @@ from typing import Protocol, cast
 
 import httptools
 
-from .fields import Header
-from .http1 import (
+from ..fields import Header
+from ..sockets import batch_writer, set_nodelay, set_tcp_keepalive
+from ..stats import Stats
+from ..timers import LazyTimer
+from .messages import (
     MAX_HEAD_BYTES,
     MAX_TARGET_BYTES,
     Request,
@@ -31,9 +34,6 @@ from .http1 import (
     ResponseWriter,
     check_head,
 )
-from .sockets import batch_writer, set_nodelay, set_tcp_keepalive
-from .stats import Stats
-from .timers import LazyTimer
 
 log = logging.getLogger("h2ping.listener")
 

@@ -16,7 +16,7 @@ request body is still at hand. So each exchange keeps its body in a
 
 from __future__ import annotations
 
-from .stats import Stats
+from ..stats import Stats
 
 #: Why a body is not kept (the ``not retried: ...`` part of a 502's details).
 TOO_LARGE = "request body larger than retry-body-limit"
