@@ -191,9 +191,11 @@ class StreamSlot:
 class UpstreamConnection(asyncio.BufferedProtocol):
     """An HTTP/2 client connection driven by inbound bytes, never by waiting readers.
 
-    A buffered protocol: the transport reads (and TLS decrypts) into a buffer of
-    ours. As a plain protocol, every TLS read allocated a fresh 256 KiB bytes
-    object and shrank it to what arrived (mmap, mremap and munmap, each read)."""
+    A buffered protocol: the TCP transport, or the TLS layer over it
+    (:mod:`h2ping.tlslayer`), reads into one buffer of ours. Its size bounds a
+    read, not what arrives: both keep the rest for the next call, never dropping
+    it when the peer closes. As a plain protocol, every TLS read allocated a fresh
+    256 KiB bytes object and shrank it to what arrived (mmap, mremap and munmap)."""
 
     def __init__(
         self,
