@@ -28,7 +28,7 @@ from .http1 import Request, ResponseWriter
 from .pool import Pool
 from .retry import BUDGET_REACHED, KeptBody, RetryBudget
 from .stats import Stats
-from .upstream import SEND_HIGH_WATER, SlotLost, StreamSlot, UpstreamStream
+from .streams import SEND_HIGH_WATER, SlotLost, StreamSlot, UpstreamStream
 
 log = logging.getLogger("h2ping.exchange")
 
@@ -138,7 +138,7 @@ class Exchange:
         stream = self._stream
         if stream is not None:
             stream.send(data)
-            if stream.pending_bytes > SEND_HIGH_WATER:
+            if stream.backlogged:
                 self._writer.pause_reading()
         else:
             self._unsent.append(data)
@@ -277,7 +277,7 @@ class Exchange:
         self._unsent_bytes = 0
         if self._body_ended and not end_now:
             stream.end()
-        if stream.pending_bytes < SEND_HIGH_WATER:
+        if not stream.backlogged:
             self._writer.resume_reading()
 
     def _attempt_failed(self, error: UpstreamError) -> None:

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from h2ping import upstream
 from h2ping.frames import FrameSplitter
-from h2ping.upstream import ConnState, UpstreamStream
+from h2ping.streams import UpstreamStream
+from h2ping.upstream import ConnState
 
 from .h2fake import REQUEST, FakeServer, RecordingSink
 from .test_upstream_unit import Harness

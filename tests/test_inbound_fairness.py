@@ -15,8 +15,9 @@ import pytest
 from hyperframe.frame import DataFrame
 
 from h2ping.frames import MAX_FRAME_SIZE
+from h2ping.inbound import INBOUND_BATCH
 from h2ping.testing import ScriptedRequest
-from h2ping.upstream import INBOUND_BATCH, ConnState
+from h2ping.upstream import ConnState
 
 from .conftest import TLSFiles, running_proxy, scripted
 from .test_upstream_unit import Harness

@@ -17,18 +17,10 @@ from hyperframe.frame import (
 )
 
 from h2ping import errors
+from h2ping.outbound import PUMP_BATCH
 from h2ping.stats import Stats
-from h2ping.upstream import (
-    CONNECTION_WINDOW,
-    PUMP_BATCH,
-    SEND_LOW_WATER,
-    STREAM_WINDOW,
-    ConnState,
-    SlotLost,
-    StreamSlot,
-    UpstreamConnection,
-    UpstreamStream,
-)
+from h2ping.streams import SEND_LOW_WATER, SlotLost, StreamSlot, StreamState, UpstreamStream
+from h2ping.upstream import CONNECTION_WINDOW, STREAM_WINDOW, ConnState, UpstreamConnection
 
 from .h2fake import REQUEST, FakeServer, FakeTransport, RecordingSink, config
 
@@ -215,7 +207,7 @@ async def test_request_body_waits_for_window_updates() -> None:
     h.feed(h.server.window_update(1, 100_000))
     frames = await h.sent()
     assert data_bytes(frames, 1) == 50_000 and "END_STREAM" in of(DataFrame, frames)[-1].flags
-    assert stream.local_ended and stream.pending_bytes == 0
+    assert stream.state is StreamState.SENT and stream.pending_bytes == 0
     assert sink.send_ready == 1  # below the low-water mark: the client's reads resume
 
 
