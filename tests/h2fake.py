@@ -25,7 +25,8 @@ from hyperframe.frame import (
 from h2ping.config import Config, parse_upstream
 from h2ping.errors import UpstreamError
 from h2ping.fields import Header
-from h2ping.http2.upstream import ConnState, StreamSlot, UpstreamConnection, UpstreamStream
+from h2ping.http2.streams import StreamSlot, UpstreamStream
+from h2ping.http2.upstream import ConnState, UpstreamConnection
 from h2ping.stats import Stats
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

@@ -36,7 +36,7 @@ class FakeStream:
         self.sink = sink
         self.sent: list[bytes] = []
         self.ended = end_stream
-        self.send_full = False
+        self.backlogged = False
         self.cancelled = False
         self.acked = 0
 

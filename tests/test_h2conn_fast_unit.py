@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from h2ping.http2 import upstream
 from h2ping.http2.frames import FrameSplitter
-from h2ping.http2.upstream import ConnState, UpstreamStream
+from h2ping.http2.streams import UpstreamStream
+from h2ping.http2.upstream import ConnState
 
 from .h2fake import REQUEST, FakeServer, Harness, RecordingSink
 

@@ -15,7 +15,8 @@ import pytest
 from hyperframe.frame import DataFrame
 
 from h2ping.http2.frames import MAX_FRAME_SIZE
-from h2ping.http2.upstream import INBOUND_BATCH, ConnState
+from h2ping.http2.inbound import INBOUND_BATCH
+from h2ping.http2.upstream import ConnState
 from h2ping.testing import ScriptedRequest
 
 from .conftest import TLSFiles, running_proxy, scripted

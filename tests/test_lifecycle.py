@@ -387,6 +387,48 @@ async def test_nginx_goaway_churn(tls: TLSFiles, tmp_path: pathlib.Path) -> None
     assert stats.failed == 0
 
 
+async def test_nginx_churn_loses_no_response_at_the_close(
+    tls: TLSFiles, tmp_path: pathlib.Path
+) -> None:
+    """nginx ends each connection after 50 requests by sending the last responses,
+    GOAWAY and its close together. With 20 KB responses, 50 at a time, the close
+    comes while the proxy still has tens of KB of them to read: each must arrive
+    whole (the loops' own SSL transports dropped what they held at the FIN)."""
+    files = tmp_path / "files"
+    files.mkdir()
+    bodies = [os.urandom(20_000) for _ in range(10)]
+    for i, body in enumerate(bodies):
+        (files / str(i)).write_bytes(body)
+    async with (
+        run_nginx(
+            tls, tmp_path, f"keepalive_requests 50; location /f/ {{ alias {files}/; }}"
+        ) as url,
+        running_proxy(url, tls) as proxy,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=50)) as session,
+    ):
+        statuses: collections.Counter[int] = collections.Counter()
+        wrong: list[int] = []
+        queue = list(range(2000))
+
+        async def worker() -> None:
+            while queue:
+                i = queue.pop()
+                try:
+                    async with session.get(f"{proxy.url}/f/{i % 10}") as resp:
+                        statuses[resp.status] += 1
+                        if await resp.read() != bodies[i % 10]:
+                            wrong.append(i)
+                except aiohttp.ClientError:  # a response cut short
+                    wrong.append(i)
+
+        await asyncio.gather(*(worker() for _ in range(50)))
+        stats = proxy.stats
+    assert statuses == {200: 2000}
+    assert wrong == []
+    assert stats.goaways >= 35  # 2,000 / 50, less the connections still open
+    assert stats.failed == stats.aborted == 0
+
+
 async def test_kept_body_is_freed_when_response_headers_arrive(tls: TLSFiles) -> None:
     headers_go = asyncio.Event()
     finish = asyncio.Event()

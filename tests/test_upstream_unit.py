@@ -16,15 +16,9 @@ from hyperframe.frame import (
 )
 
 from h2ping import errors
-from h2ping.http2.upstream import (
-    CONNECTION_WINDOW,
-    PUMP_BATCH,
-    SEND_LOW_WATER,
-    STREAM_WINDOW,
-    ConnState,
-    SlotLost,
-    UpstreamConnection,
-)
+from h2ping.http2.outbound import PUMP_BATCH
+from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState
+from h2ping.http2.upstream import CONNECTION_WINDOW, STREAM_WINDOW, ConnState, UpstreamConnection
 from h2ping.stats import Stats
 
 from .h2fake import (
@@ -170,7 +164,7 @@ async def test_request_body_waits_for_window_updates() -> None:
     h.feed(h.server.window_update(1, 100_000))
     frames = await h.sent()
     assert data_bytes(frames, 1) == 50_000 and "END_STREAM" in of(DataFrame, frames)[-1].flags
-    assert stream.local_ended and stream.pending_bytes == 0
+    assert stream.state is StreamState.SENT and stream.pending_bytes == 0
     assert sink.send_ready == 1  # below the low-water mark: the client's reads resume
 
 

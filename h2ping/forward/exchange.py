@@ -23,7 +23,7 @@ from ..config import Upstream
 from ..errors import UpstreamError
 from ..fields import Header
 from ..http1.messages import Request, ResponseWriter
-from ..http2.upstream import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
+from ..http2.streams import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
 from ..stats import Stats
 from .headers import MalformedResponse, request_headers, response_head
 from .pool import Pool
@@ -141,7 +141,7 @@ class Exchange:
         stream = self._stream
         if stream is not None:
             stream.send(data)
-            if stream.send_full:
+            if stream.backlogged:
                 self._writer.pause_reading()
         else:
             self._unsent.append(data)
@@ -280,7 +280,7 @@ class Exchange:
         self._unsent_bytes = 0
         if self._body_ended and not end_now:
             stream.end()
-        if not stream.send_full:
+        if not stream.backlogged:
             self._writer.resume_reading()
 
     def _attempt_failed(self, error: UpstreamError) -> None:

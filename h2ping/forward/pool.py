@@ -140,7 +140,12 @@ class Pool:
                 self._stats,
                 self._on_conn_age,
             )
-        except UpstreamError as exc:
+        except Exception as exc:
+            if not isinstance(exc, UpstreamError):  # a bug of ours: fail, never hang
+                log.exception(
+                    "conn=%d connect to %s: internal error", conn_id, self._config.upstream
+                )
+                exc = UpstreamError(PROXY_INTERNAL_ERROR, "internal error while connecting")
             exc.conn_id = conn_id
             # Each request waiting for it logs the failure, naming itself and this
             # conn: one line per failure. Nobody waiting (a successor): say it here.
