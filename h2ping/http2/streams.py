@@ -20,7 +20,6 @@ from ..fields import Header
 
 if TYPE_CHECKING:
     from .h2conn import H2Connection
-    from .upstream import UpstreamConnection
 
 #: Request-body back-pressure, both marks in one place: the exchange pauses reading
 #: the client while more than SEND_HIGH_WATER waits to be sent upstream
@@ -50,6 +49,28 @@ class StreamSink(Protocol):
     def on_send_ready(self) -> None: ...
 
 
+class BodyPump(Protocol):
+    """What a stream asks of its connection's writing (:mod:`h2ping.http2.outbound`)."""
+
+    def pump(self, stream: UpstreamStream) -> None: ...
+    def give_credit(self, stream_id: int, nbytes: int) -> None: ...
+
+
+class StreamHost(Protocol):
+    """What a stream and its slot ask of their connection: named here, so that
+    this module needs none of the connection's."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def outbound(self) -> BodyPump: ...
+    def reset(self, stream: UpstreamStream, error_code: int) -> None: ...
+    def open_stream(
+        self, headers: list[Header], sink: StreamSink, end_stream: bool
+    ) -> UpstreamStream: ...
+    def unreserve(self, freed: bool) -> None: ...
+
+
 class StreamState(enum.Enum):
     SENDING = "sending"  # the request body may still grow
     ENDING = "ending"  # the body is complete; its last bytes wait for the peer's windows
@@ -63,7 +84,7 @@ class UpstreamStream:
     __slots__ = ("_h2", "_outq", "conn", "pending_bytes", "sink", "state", "stream_id", "unacked")
 
     def __init__(
-        self, conn: UpstreamConnection, h2conn: H2Connection, stream_id: int, sink: StreamSink
+        self, conn: StreamHost, h2conn: H2Connection, stream_id: int, sink: StreamSink
     ) -> None:
         self.conn = conn
         self._h2 = h2conn
@@ -198,7 +219,7 @@ class StreamSlot:
 
     __slots__ = ("_spent", "conn")
 
-    def __init__(self, conn: UpstreamConnection) -> None:
+    def __init__(self, conn: StreamHost) -> None:
         self.conn = conn
         self._spent = False
 
