@@ -58,7 +58,8 @@ class TLSLayer(asyncio.BufferedProtocol):
         self.ssl_object = context.wrap_bio(
             self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname
         )
-        self.handshake: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.handshake: asyncio.Future[None] = self._loop.create_future()
         self._state = _State.HANDSHAKE
         self._tcp: asyncio.Transport | None = None
         self._read_buffer = memoryview(bytearray(TCP_READ_SIZE))
@@ -236,7 +237,7 @@ class TLSLayer(asyncio.BufferedProtocol):
         if not self._resume_scheduled and self._tcp is not None:
             # Not from inside the protocol's own call: what TLS holds comes next turn.
             self._resume_scheduled = True
-            asyncio.get_running_loop().call_soon(self._resume)
+            self._loop.call_soon(self._resume)
 
     def _resume(self) -> None:
         self._resume_scheduled = False
