@@ -66,7 +66,7 @@ http {{
 #: h2ping on asyncio's own loop: the command line's, with uvloop hidden.
 ASYNCIO_H2PING = (
     "import sys; sys.modules['uvloop'] = None; "
-    "from h2ping.cli import main; sys.exit(main(sys.argv[1:]))"
+    "from h2ping.process.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
 
