@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import fastpaths
 from ._version import __version__
 from .config import Config
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
@@ -188,6 +189,7 @@ def _run_workers(config: Config) -> int:
     """The parent of ``-workers N``: binds the one socket, forks, writes the ready file."""
     from .workers import run_workers  # not needed by a single process
 
+    fastpaths.enabled()  # probed once, here: the workers inherit the outcome
     try:
         sock = bind_listener(config.listen)
     except BindError as exc:

@@ -14,6 +14,7 @@ import socket
 import ssl
 from typing import TYPE_CHECKING, Any
 
+from . import fastpaths
 from .config import Config, HostPort, parse_listen, parse_upstream
 from .dial import load_ca_file
 from .errors import UpstreamError
@@ -161,6 +162,7 @@ class Proxy:
         endpoint). Raises :class:`BindError`, and ``OSError`` for what else cannot
         start (the admin address, the CA file)."""
         config = self.config
+        fastpaths.enabled()  # probed now, so a failed probe is told before any request
         context = self._ssl_context
         if context is None and config.upstream.tls:
             context = make_ssl_context(config)

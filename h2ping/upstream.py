@@ -30,12 +30,12 @@ import h2.exceptions
 import h2.settings
 from h2.errors import ErrorCodes
 
-from . import errors
+from . import errors, fastpaths
 from .config import Config
 from .errors import UpstreamError, describe_h2_error
 from .fields import Header
 from .frames import GOAWAY, RUN, FloodError, FrameSizeError, FrameSplitter, data_frame
-from .h2conn import H2Connection, StreamFault
+from .h2conn import DATA, H2Connection, StreamFault
 from .liveness import Liveness
 from .logs import plural
 from .stats import Stats
@@ -226,7 +226,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._turn_taken = 0  # inbound bytes handled in this loop iteration
         self._turn_end: asyncio.Handle | None = None  # resets _turn_taken
         self._stats = stats
-        self._frames = FrameSplitter(plain_data=True)
+        fast = fastpaths.enabled()
+        self._frames = FrameSplitter(plain_data=DATA in fast)
         self._read_buffer = memoryview(bytearray(READ_SIZE))
         self._liveness = Liveness(
             config.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
@@ -252,7 +253,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             validate_inbound_headers=False,
             normalize_inbound_headers=False,
         )
-        self._h2 = H2Connection(h2_config, config.max_response_header_bytes)
+        self._h2 = H2Connection(h2_config, config.max_response_header_bytes, fast)
 
     # ----------------------------------------------------------------- capacity
     #
