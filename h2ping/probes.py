@@ -17,6 +17,7 @@ from typing import Any
 
 import h2.config
 import h2.events
+from h2.stream import StreamClosedBy
 from hpack import Encoder
 from hyperframe.frame import (
     DataFrame,
@@ -183,6 +184,9 @@ def receive() -> str | None:
         twin.frames(_data(1, 10))  # a forgotten stream that ended: a connection error
     if not calls:
         return "h2ping's _receive_frame is not called by h2"
+    # Two branches of the copy no exchange reaches on a client connection.
+    if not fast.conn._stream_is_closed_by_reset(3) or not fast.conn._stream_is_closed_by_end(1):
+        return "h2's _stream_is_closed_by_reset/_end answer otherwise"
     return _differs(fast, plain)
 
 
@@ -236,6 +240,8 @@ def stream_faults() -> str | None:
         sent = _resets(twin.conn.data_to_send())
         if said != events or sent != resets:
             return f"step {step}: events {said}, resets {sent}; expected {events}, {resets}"
+        if not step and twin.conn.streams[1].closed_by is not StreamClosedBy.SEND_RST_STREAM:
+            return "h2 does not see a faulty stream as reset by h2ping"
     return None
 
 
