@@ -141,7 +141,7 @@ class _Stream(h2.stream.H2Stream):
         except h2.exceptions.StreamClosedError:
             raise  # h2 resets the stream itself, or makes it a connection error
         except h2.exceptions.ProtocolError as exc:
-            raise self._malformed(exc) from exc
+            raise self._malformed(exc, "bad response header block") from exc
 
     def receive_data(self, data: bytes, end_stream: bool, flow_control_len: int) -> Any:
         try:
@@ -149,10 +149,10 @@ class _Stream(h2.stream.H2Stream):
         except (h2.exceptions.StreamClosedError, h2.exceptions.FlowControlError):
             raise  # flow control is the connection's business, as in Go's transport
         except h2.exceptions.ProtocolError as exc:
-            raise self._malformed(exc) from exc
+            raise self._malformed(exc, "bad response DATA") from exc
 
-    def _malformed(self, exc: Exception) -> _Fault:
-        detail = f"malformed response: {errors.describe_h2_error(exc)}"
+    def _malformed(self, exc: Exception, where: str) -> _Fault:
+        detail = f"malformed response: {errors.describe_h2_error(exc, where)}"
         return _Fault(self.stream_id, errors.HTTP_PROTOCOL_ERROR, detail, ErrorCodes.PROTOCOL_ERROR)
 
 
