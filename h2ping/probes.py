@@ -92,10 +92,12 @@ def _event(event: h2.events.Event) -> Any:
     """What an event says, comparable across connections."""
     if event.__class__.__name__ == "DataReceived":
         return ["DataReceived", event.stream_id, event.flow_controlled_length]  # type: ignore[attr-defined]
+    values = ((name, getattr(event, name)) for name in dir(event) if not name.startswith("_"))
     fields = {
         name: value
-        for name, value in vars(event).items()
-        if not isinstance(value, h2.events.Event)  # stream_ended: the event itself follows
+        for name, value in values
+        # stream_ended and the like: the event itself follows in the list.
+        if not callable(value) and not isinstance(value, h2.events.Event)
     }
     # By repr: some fields hold objects (ChangedSetting) that compare by identity.
     return [event.__class__.__name__, repr(sorted(fields.items(), key=lambda item: item[0]))]

@@ -26,8 +26,10 @@ def test_every_h2_message_text_matched_is_in_the_installed_h2() -> None:
     source = "".join(
         path.read_text() for path in pathlib.Path(inspect.getfile(h2)).parent.glob("*.py")
     )
-    missing = [start for start, _ in errors._H2_MESSAGE_TEXT if start not in source]
-    assert not missing
+    missing = {start for start, _ in errors._H2_MESSAGE_TEXT if start not in source}
+    # h2 4.1.0, the oldest tested, does not check for conflicting values yet.
+    newer = {"Conflicting content-length"} if h2.__version__.startswith("4.1.") else set()
+    assert missing <= newer
 
 
 async def test_a_reworded_h2_error_still_fails_only_its_stream(

@@ -186,6 +186,18 @@ async def test_the_proxy_forwards_when_h2_updates_windows_otherwise(
     await check_fallback(caplog, tls, hypercorn_echo, session, {"data"})
 
 
+async def test_the_proxy_forwards_with_every_fast_path_off(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tls: TLSFiles,
+    hypercorn_echo: str,
+    session: aiohttp.ClientSession,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="h2ping")
+    monkeypatch.setattr(fastpaths, "PROBES", dict.fromkeys(FAST_PATHS, lambda: "changed"))
+    await check_fallback(caplog, tls, hypercorn_echo, session, set(FAST_PATHS))
+
+
 async def check_fallback(
     caplog: pytest.LogCaptureFixture,
     tls: TLSFiles,
