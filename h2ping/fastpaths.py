@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from importlib import metadata
 
 from . import probes
 from .h2conn import FAST_PATHS
@@ -71,6 +70,8 @@ def states() -> dict[str, int]:
 
 def versions() -> str:
     """``h2 4.4.1, hpack 4.2.0, hyperframe 6.1.0``: the installed versions."""
+    from importlib import metadata  # only when told: it imports much (email, datetime)
+
     found = []
     for name in LIBRARIES:
         try:

@@ -167,7 +167,6 @@ class H2Connection(h2.connection.H2Connection):
         fast: Collection[str] = FAST_PATHS,
     ) -> None:
         super().__init__(config=config)
-        self.fast = frozenset(fast)
         self._fast_receive = RECEIVE in fast
         self._fast_data = DATA in fast
         self._stream_faults = STREAM_FAULTS in fast

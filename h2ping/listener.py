@@ -280,7 +280,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         try:
             check_head(method, version, self._headers)
         except RequestRejected as rejection:
-            raise self._raising(rejection) from None
+            self._raised = rejection
+            raise
         self._stats.requests += 1
         request = Request(method, self._url, self._headers, version, parser.should_keep_alive())
         request.upgrade = parser.should_upgrade()
