@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 
 from . import probes
-from .h2conn import FAST_PATHS
+from .h2conn import DATA, HPACK, RECEIVE, STREAM_FAULTS
 
 log = logging.getLogger("h2ping")
 
@@ -30,12 +30,11 @@ LIBRARIES = ("h2", "hpack", "hyperframe")
 
 #: Path name -> its probe: None when the path behaves, else what differed.
 PROBES: dict[str, Callable[[], str | None]] = {
-    "receive": probes.receive,
-    "data": probes.data,
-    "stream_faults": probes.stream_faults,
-    "hpack": probes.hpack,
+    RECEIVE: probes.receive,
+    DATA: probes.data,
+    STREAM_FAULTS: probes.stream_faults,
+    HPACK: probes.hpack,
 }
-assert tuple(PROBES) == FAST_PATHS
 
 _verdict: frozenset[str] | None = None
 
