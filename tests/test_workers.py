@@ -278,6 +278,8 @@ async def test_metrics_add_up_every_worker(tmp_path: Path) -> None:
     assert right_after[("h2ping_requests_in_flight", "")] == 0
     assert right_after[("h2ping_workers", "")] == 2
     assert right_after[("h2ping_workers_reporting", "")] == 2
+    fast = {labels: v for (name, labels), v in right_after.items() if name == "h2ping_fast_path"}
+    assert fast and set(fast.values()) == {1}, fast  # per path the least of the workers'
     [info] = [labels for name, labels in right_after if name == "h2ping_info"]
     assert "instance=127.0.0.1," in info, info  # the instance's name, not worker 1's
     # What each worker says it did when it stops, added up, is what the scrape said.

@@ -161,6 +161,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         #: The request whose body is being read: set at its head's end, cleared at its own.
         self._reading: tuple[RequestHandler, Request] | None = None
         self._rejection = (400, "bad request")  # what REJECTED answers once its turn comes
+        self._raised: RequestRejected | None = None  # by a parser callback, as it left
         # Requests whose responses are pending, oldest (the one being answered) first.
         self._pending: deque[tuple[RequestHandler, ResponseWriter]] = deque()
 
@@ -207,10 +208,13 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._after_upgrade(data[exc.args[0] :])
             return
         except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, RequestRejected):
-                self._reject(exc.__context__.status, exc.__context__.reason)
+            # httptools sets __context__ to what our callback raised; a rejection
+            # is also kept by the callback, so it is told right without that.
+            raised, self._raised = self._raised or exc.__context__, None
+            if isinstance(raised, RequestRejected):
+                self._reject(raised.status, raised.reason)
             else:
-                log.error("internal error while reading a request", exc_info=exc.__context__)
+                log.error("internal error while reading a request", exc_info=raised or exc)
                 self._reject(500, "internal error while reading the request")
             return
         except httptools.HttpParserError as exc:
@@ -268,7 +272,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._url += url
         self._head_size += len(url)
         if len(self._url) > MAX_TARGET_BYTES:
-            raise RequestRejected(414, f"request target longer than {MAX_TARGET_BYTES} bytes")
+            raise self._raising(
+                RequestRejected(414, f"request target longer than {MAX_TARGET_BYTES} bytes")
+            )
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self.state is ReadState.UPGRADED_BODY:
@@ -277,7 +283,13 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._headers.append((name.lower(), value))
         self._head_size += len(name) + len(value) + 4  # ": " and CRLF
         if self._head_size > MAX_HEAD_BYTES:
-            raise RequestRejected(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+            raise self._raising(
+                RequestRejected(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+            )
+
+    def _raising(self, rejection: RequestRejected) -> RequestRejected:
+        self._raised = rejection
+        return rejection
 
     def on_headers_complete(self) -> None:
         if self.state is ReadState.UPGRADED_BODY:
@@ -288,7 +300,11 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._cancel_timer()
         method = parser.get_method()
         version = parser.get_http_version()
-        check_head(method, version, self._headers)
+        try:
+            check_head(method, version, self._headers)
+        except RequestRejected as rejection:
+            self._raised = rejection
+            raise
         self._stats.request_received()
         request = Request(method, self._url, self._headers, version, parser.should_keep_alive())
         request.upgrade = parser.should_upgrade()

@@ -35,8 +35,11 @@ _H2_MESSAGE_TEXT: tuple[tuple[str, str], ...] = (
 )
 
 
-def describe_h2_error(exc: Exception) -> str:
-    """A fixed description of an error the h2 library raised, with its class name."""
+def describe_h2_error(exc: Exception, where: str = "malformed frame or header block") -> str:
+    """A fixed description of an error the h2 library raised, with its class name.
+    The texts matched are h2's own (4.1-4.4); where a release words them
+    otherwise, ``where`` (what the caller was handling) describes it instead:
+    only the description is less precise, never what is done about the error."""
     for kind in type(exc).__mro__:
         if kind in _H2_ERROR_TEXT:
             return f"{_H2_ERROR_TEXT[kind]} ({type(exc).__name__})"
@@ -44,4 +47,4 @@ def describe_h2_error(exc: Exception) -> str:
     for start, text in _H2_MESSAGE_TEXT:
         if message.startswith(start):
             return f"{text} ({type(exc).__name__})"
-    return f"malformed frame or header block ({type(exc).__name__})"
+    return f"{where} ({type(exc).__name__})"

@@ -37,8 +37,9 @@ from ..fields import Header
 from ..logs import plural
 from ..stats import Stats
 from ..timers import LazyTimer
+from . import fastpaths
 from .frames import GOAWAY, RUN, FloodError, FrameSizeError, FrameSplitter, data_frame
-from .h2conn import H2Connection, StreamFault
+from .h2conn import DATA, H2Connection, StreamFault
 from .h2errors import describe_h2_error
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
 from .liveness import Liveness
@@ -92,7 +93,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._ready: asyncio.Future[None] = self._loop.create_future()
         self._transport: asyncio.Transport | None = None
         self._stats = stats
-        self._frames = FrameSplitter(plain_data=True)
+        fast = fastpaths.enabled()
+        self._frames = FrameSplitter(plain_data=DATA in fast)
         self._read_buffer = memoryview(bytearray(READ_SIZE))
         self._inbound = InboundTurns(
             self._loop, self._take_batch, lambda: self._frames.ready, self._is_closed
@@ -121,7 +123,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             validate_inbound_headers=False,
             normalize_inbound_headers=False,
         )
-        self._h2 = H2Connection(h2_config, config.max_response_header_bytes)
+        self._h2 = H2Connection(h2_config, config.max_response_header_bytes, fast)
         self.outbound = OutboundPump(self._loop, self._h2)
 
     # ----------------------------------------------------------------- capacity

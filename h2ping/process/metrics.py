@@ -2,7 +2,9 @@
 hand from a :class:`Snapshot` of a proxy's counters and gauges.
 
 A snapshot is a copy, taken at one moment, of what one proxy owns; snapshots add
-up, so that with ``--workers N`` worker 1 reports the sum of every worker's.
+up, so that with ``--workers N`` worker 1 reports the sum of every worker's. The
+fast paths are the exception: each is a yes or no, and a sum reports the
+smallest (0 if any worker runs without the path).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, Protocol
 from .._version import __version__
 from ..config import Config
 from ..forward.retry import RetryBudget
+from ..http2 import fastpaths
 from ..stats import Histogram, Stats
 from .lag import LagMonitor
 
@@ -45,6 +48,8 @@ class Snapshot:
     connections: dict[str, int]  # upstream connections by state
     retry_buffer_limit: int  # max-buffered-bytes: each proxy has its own budget
     lag: Histogram | None  # event-loop lag, when measured
+    # 1 taken, 0 off (its probe failed); the least over workers.
+    fast_paths: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, proxy: Observed) -> Snapshot:
@@ -56,6 +61,7 @@ class Snapshot:
             connections=proxy.connection_states(),
             retry_buffer_limit=proxy.config.max_buffered_bytes,
             lag=copy.deepcopy(lag),
+            fast_paths=fastpaths.states(),
         )
 
     def __add__(self, other: Snapshot) -> Snapshot:
@@ -74,6 +80,12 @@ class Snapshot:
             },
             retry_buffer_limit=self.retry_buffer_limit + other.retry_buffer_limit,
             lag=lag,
+            fast_paths={
+                path: min(
+                    self.fast_paths.get(path, 1), other.fast_paths.get(path, 1)
+                )  # a path one snapshot does not know of is the other's to report
+                for path in self.fast_paths.keys() | other.fast_paths.keys()
+            },
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -83,6 +95,7 @@ class Snapshot:
             "connections": self.connections,
             "retry_buffer_limit": self.retry_buffer_limit,
             "lag": None if self.lag is None else self.lag.to_json(),
+            "fast_paths": self.fast_paths,
         }
 
     @classmethod
@@ -94,6 +107,7 @@ class Snapshot:
             connections={str(state): int(n) for state, n in data["connections"].items()},
             retry_buffer_limit=int(data["retry_buffer_limit"]),
             lag=None if data["lag"] is None else Histogram.from_json(data["lag"]),
+            fast_paths={str(path): int(on) for path, on in data["fast_paths"].items()},
         )
 
 
@@ -246,5 +260,12 @@ def render(
         "gauge",
         "max-buffered-bytes: the cap on retry_buffer_bytes.",
         [("", snapshot.retry_buffer_limit)],
+    )
+    family(
+        "h2ping_fast_path",
+        "gauge",
+        "1 where a fast path is taken; 0 where its probe found the installed h2 or "
+        "hpack changed, and plain h2/hpack does the work (slower). Over workers: the least.",
+        [(f'{{path="{_escape(k)}"}}', v) for k, v in sorted(snapshot.fast_paths.items())],
     )
     return "\n".join(lines) + "\n"

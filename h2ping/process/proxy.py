@@ -21,6 +21,7 @@ from ..forward.pool import Pool
 from ..forward.retry import RetryBudget
 from ..http1.listener import ClientConnection, ListenerLimits, OutputFlusher
 from ..http1.messages import Request, ResponseWriter
+from ..http2 import fastpaths
 from ..http2.dial import load_ca_file
 from ..http2.upstream import ConnState
 from ..logs import plural
@@ -146,6 +147,7 @@ class Proxy:
         endpoint). Raises :class:`BindError`, and ``OSError`` for what else cannot
         start (the admin address, the CA file)."""
         config = self.config
+        fastpaths.enabled()  # probed now, so a failed probe is told before any request
         context = self._ssl_context
         if context is None and config.upstream.tls:
             context = make_ssl_context(config)
