@@ -209,6 +209,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.streams: dict[int, UpstreamStream] = {}
         self.reserved = 0  # slots promised by the pool but not yet opened
         self.max_streams = 0  # 0 until the peer's first SETTINGS arrives
+        # -max-streams-per-conn: our own cap below the peer's (0: none).
+        self._stream_cap = config.max_streams_per_conn or 2**31
         self.goaway_last_stream_id: int | None = None
         self.close_reason = ""
         self._on_change = on_change
@@ -265,7 +267,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def free_slots(self) -> int:
         if self.state is not ConnState.OPEN:
             return 0
-        return self.max_streams - len(self.streams) - self.reserved
+        return min(self.max_streams, self._stream_cap) - len(self.streams) - self.reserved
 
     @property
     def busy(self) -> bool:
