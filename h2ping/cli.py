@@ -28,7 +28,7 @@ from .config import Config
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
 from .heap import HeapTrimmer
 from .logs import LIFECYCLE, setup_logging
-from .proxy import AdminListenError, BindError, Proxy, bind_listener
+from .proxy import AccessLogError, AdminListenError, BindError, Proxy, bind_listener
 from .sockets import raise_nofile_limit
 
 if TYPE_CHECKING:
@@ -126,8 +126,11 @@ async def serve(
     # Before binding, so that a signal during startup still means "drain and exit 0".
     for signum in _STOP_SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
+    if config.access_log not in (None, "-"):
+        # Log rotation; without an access-log file SIGHUP keeps its default.
+        loop.add_signal_handler(signal.SIGHUP, proxy.reopen_logs)
     # A worker starts with these blocked, so that none arrives before the handlers.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (*_STOP_SIGNALS, signal.SIGHUP))
     try:
         await proxy.start(sock, links)
     except ssl.SSLError as exc:  # an OSError too, but not the listener's
@@ -135,6 +138,9 @@ async def serve(
         return 1
     except BindError as exc:
         log.error("cannot bind %s: %s", exc.address, _reason(exc))
+        return 1
+    except AccessLogError as exc:
+        log.error("cannot open -access-log %s: %s", exc.path, _reason(exc))
         return 1
     except AdminListenError as exc:  # not "cannot bind": that is the launcher's -listen hint
         log.error("cannot serve -admin-listen on %s: %s", exc.address, _reason(exc))

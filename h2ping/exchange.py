@@ -16,10 +16,12 @@ import asyncio
 import dataclasses
 import logging
 import random
+import time
 
 from h2.errors import ErrorCodes
 
 from . import errors
+from .accesslog import AccessLog
 from .config import Upstream
 from .errors import UpstreamError
 from .fields import Header
@@ -63,6 +65,7 @@ class ExchangeContext:
     retry_budget: RetryBudget
     stats: Stats
     live: set[Exchange]  # not yet finished (a pipelined one waiting its turn included)
+    access_log: AccessLog | None = None  # -access-log
 
 
 class Exchange:
@@ -74,10 +77,14 @@ class Exchange:
         "_backoff",
         "_body",
         "_body_ended",
+        "_bytes_in",
         "_ctx",
         "_fields",
         "_finished",
+        "_headers_after",
+        "_received_at",
         "_request",
+        "_sent_at",
         "_status",
         "_stream",
         "_task",
@@ -105,6 +112,11 @@ class Exchange:
         self._finished = False
         self._attempt = 0
         self._answered_mark = 0  # upstream answers seen when the last attempt failed
+        # For the latency histograms and the access log (monotonic seconds).
+        self._received_at = time.monotonic()  # the head is complete now
+        self._sent_at = 0.0  # the latest attempt left for the upstream
+        self._headers_after: float | None = None  # its response headers came this much later
+        self._bytes_in = 0  # request body bytes received
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
 
@@ -125,6 +137,7 @@ class Exchange:
     def feed_body(self, data: bytes) -> None:
         if self._finished:
             return  # the rest of a body the upstream no longer wants
+        self._bytes_in += len(data)
         body = self._body
         if body.kept:
             body.add(data)
@@ -159,18 +172,21 @@ class Exchange:
         """The client went away."""
         if not self._finished:
             self._ctx.stats.cancelled += 1
+            self._record("cancelled")
         self._stop()
 
-    def reject(self) -> None:
-        """The request body was malformed: the listener answers it with a 4xx."""
+    def reject(self, status: int = 0) -> None:
+        """The request body was malformed: the listener answers it with ``status``."""
         if not self._finished:
             self._ctx.stats.rejected += 1
+            self._record("rejected", status)
         self._stop()
 
     def cut(self) -> None:
         """The proxy is shutting down and the grace period is over."""
         if not self._finished:
             self._ctx.stats.cut_at_shutdown += 1
+            self._record("cut_at_shutdown")
         self._stop()
 
     def _stop(self) -> None:
@@ -199,6 +215,8 @@ class Exchange:
             )
             return
         self._status = status
+        self._headers_after = after = time.monotonic() - self._sent_at
+        self._ctx.stats.upstream_headers.observe(after)
         self._ctx.stats.count_response(status)
         # Headers mean the upstream took the request: no replay from here on.
         self._body.give_up("the response had begun")
@@ -218,6 +236,7 @@ class Exchange:
         self._ctx.stats.completed += 1
         self._finish()
         self._writer.end()
+        self._record("ok")
 
     def on_error(self, error: UpstreamError) -> None:
         self._stream = None
@@ -269,6 +288,7 @@ class Exchange:
             return
         self._stream = stream
         self.stream_id = stream.stream_id
+        self._sent_at = time.monotonic()
         if self._request.expect_continue and not self._body_ended:
             self._writer.send_continue()
         for chunk in body:
@@ -341,6 +361,7 @@ class Exchange:
             )
             stats.aborted += 1
             self._writer.abort()
+            self._record("aborted")
             return
         if error.retryable and not self._body.kept:
             stats.replays_refused_for_size += 1
@@ -353,3 +374,21 @@ class Exchange:
         stats.failed += 1
         stats.count_response(502)
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))
+        self._record("failed", 502)
+
+    def _record(self, outcome: str, status: int = 0) -> None:
+        """The request ended: its duration, and its access-log line. ``status`` is
+        what the client got when the upstream's status is not it."""
+        now = time.monotonic()
+        duration = now - self._received_at
+        self._ctx.stats.request_duration[outcome].observe(duration)
+        access_log = self._ctx.access_log
+        if access_log is not None:
+            request, writer = self._request, self._writer
+            if not status and writer.started:
+                status = self._status
+            access_log.write(
+                (time.time(), request.method, request.target, status, self._bytes_in,
+                 writer.body_bytes, duration, self._headers_after, self.conn_id,
+                 self.stream_id, self._attempt, outcome)
+            )  # fmt: skip

@@ -14,6 +14,7 @@ import socket
 import ssl
 from typing import TYPE_CHECKING, Any
 
+from .accesslog import AccessLog
 from .config import Config, HostPort, parse_listen, parse_upstream
 from .dial import load_ca_file
 from .errors import UpstreamError
@@ -44,6 +45,14 @@ class BindError(OSError):
     def __init__(self, address: HostPort, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause))
         self.address = address
+
+
+class AccessLogError(OSError):
+    """The access log could not be opened; ``path`` says which one it was."""
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.path = path
 
 
 class AdminListenError(OSError):
@@ -120,6 +129,7 @@ class Proxy:
         self._exchange_context: ExchangeContext | None = None  # once started
         self.admin: AdminServer | None = None  # with config.admin_listen, once started
         self.lag: LagMonitor | None = None  # with config.loop_lag_interval, once started
+        self.access_log: AccessLog | None = None  # with config.access_log, once started
         self._answering: asyncio.BaseTransport | None = None  # worker 1's questions to us
         self.port = 0
         self._address: tuple[Any, ...] = ()
@@ -165,6 +175,10 @@ class Proxy:
         if context is None and config.upstream.tls:
             context = make_ssl_context(config)
         self.pool = Pool(config, context, self.stats)
+        if config.access_log is not None:  # opened once the listener stands
+            self.access_log = AccessLog(
+                config.access_log, config.log_format, config.instance_name, self.stats
+            )
         self._exchange_context = ExchangeContext(
             pool=self.pool,
             upstream=config.upstream,
@@ -172,6 +186,7 @@ class Proxy:
             retry_budget=self.retry_budget,
             stats=self.stats,
             live=self.exchanges,
+            access_log=self.access_log,
         )
         if sock is None:
             sock = bind_listener(config.listen)
@@ -191,6 +206,12 @@ class Proxy:
             raise
         self._address = sock.getsockname()
         self.port = self._address[1]
+        if self.access_log is not None:  # before any request can be accepted (no await)
+            try:
+                self.access_log.open()
+            except OSError as exc:
+                self._server.close()
+                raise AccessLogError(self.access_log.path, exc) from None
         if config.loop_lag_interval > 0:
             self.lag = LagMonitor(config.loop_lag_interval)
             self.lag.start()
@@ -211,6 +232,11 @@ class Proxy:
                 self._server.close()
                 raise
             self.admin = admin
+
+    def reopen_logs(self) -> None:
+        """Open the access log's file again before its next line (SIGHUP, after rotation)."""
+        if self.access_log is not None:
+            self.access_log.reopen()
 
     async def readiness(self, timeout: float) -> str | None:
         """None if requests can be forwarded now, else why not: for ``/readyz``.
@@ -283,6 +309,8 @@ class Proxy:
             await self.admin.stop()
         if self._answering is not None:
             self._answering.close()  # last: worker 1 reports our final counts until now
+        if self.access_log is not None:
+            await self.access_log.close()  # last: every request has ended and been logged
         # Let cancelled tasks and closing transports run their last steps.
         await asyncio.sleep(0)
         await asyncio.sleep(0)
