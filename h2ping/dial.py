@@ -16,6 +16,7 @@ from collections.abc import Callable
 from . import errors
 from .config import Config
 from .errors import UpstreamError
+from .pingbackoff import PingBackoff
 from .sockets import set_tcp_keepalive
 from .stats import Stats
 from .upstream import UpstreamConnection
@@ -104,13 +105,14 @@ async def connect(
     on_change: Callable[[UpstreamConnection], None],
     stats: Stats,
     on_age: Callable[[UpstreamConnection], None] | None = None,
+    ping_backoff: PingBackoff | None = None,
 ) -> UpstreamConnection:
     """Open a connection and wait for the peer's SETTINGS (so we know its stream limit)."""
     loop = asyncio.get_running_loop()
     upstream = config.upstream
     timeout = config.connect_timeout
     target = f"{upstream.host}:{upstream.port}"
-    protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age)
+    protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age, ping_backoff)
     try:
         async with asyncio.timeout(timeout):
             transport, _ = await loop.create_connection(

@@ -19,6 +19,7 @@ from .config import Config
 from .dial import connect
 from .errors import UpstreamError
 from .logs import plural
+from .pingbackoff import PingBackoff
 from .stats import Stats
 from .upstream import ConnState, StreamSlot, UpstreamConnection
 
@@ -46,6 +47,7 @@ class Pool:
         self._next_id = 1
         self._closed = False
         self._answered_before = 0  # by connections no longer in the pool
+        self._ping_backoff = PingBackoff(config.ping_interval, stats)  # new connections' PINGs
 
     @property
     def connections(self) -> list[UpstreamConnection]:
@@ -139,6 +141,7 @@ class Pool:
                 self._on_conn_change,
                 self._stats,
                 self._on_conn_age,
+                ping_backoff=self._ping_backoff,
             )
         except UpstreamError as exc:
             exc.conn_id = conn_id

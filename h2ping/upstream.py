@@ -38,6 +38,7 @@ from .frames import GOAWAY, RUN, FloodError, FrameSizeError, FrameSplitter, data
 from .h2conn import H2Connection, StreamFault
 from .liveness import Liveness
 from .logs import plural
+from .pingbackoff import PingBackoff, punishes_pings
 from .stats import Stats
 
 log = logging.getLogger("h2ping.upstream")
@@ -202,7 +203,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         on_change: Callable[[UpstreamConnection], None],
         stats: Stats,
         on_age: Callable[[UpstreamConnection], None] | None = None,
+        ping_backoff: PingBackoff | None = None,
     ) -> None:
+        """``ping_backoff``, shared by the connections to one upstream, gives the PING
+        interval and hears of a GOAWAY that punishes PINGs."""
         self.upstream = config.upstream
         self.id = conn_id
         self.state = ConnState.CONNECTING
@@ -230,8 +234,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._stats = stats
         self._frames = FrameSplitter(plain_data=True)
         self._read_buffer = memoryview(bytearray(READ_SIZE))
+        self._ping_backoff = ping_backoff
+        self.ping_interval = ping_backoff.interval if ping_backoff else config.ping_interval
         self._liveness = Liveness(
-            config.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
+            self.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
         )
         # Retirement: 90-100 % of max-conn-age, jittered so connections opened
         # together do not all retire together.
@@ -586,6 +592,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             code_name,
             len(self.streams),
         )
+        backoff = self._ping_backoff
+        if backoff is not None and punishes_pings(code, payload[8:]):
+            self._ping_backoff = None  # once per connection
+            backoff.punished(self.id, self.ping_interval)
         self._drain(f"GOAWAY {code_name}")
         # Streams above last_stream_id were never processed: safe to replay.
         for stream in [s for sid, s in self.streams.items() if sid > last_stream_id]:
