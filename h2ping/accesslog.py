@@ -136,13 +136,14 @@ class AccessLog:
         if thread is None:
             return
         self._thread = None
-        while True:  # the stop must not be dropped: wait for room rather
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:  # the stop must not be dropped: wait for room
             try:
                 self._queue.put_nowait(_STOP)
                 break
             except queue.Full:
                 await asyncio.sleep(0.01)
-        deadline = time.monotonic() + timeout
+        # A writer stuck on a dead disk stays behind (a daemon thread): never waited for.
         while thread.is_alive() and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 

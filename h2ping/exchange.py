@@ -17,11 +17,11 @@ import dataclasses
 import logging
 import random
 import time
+from typing import TYPE_CHECKING
 
 from h2.errors import ErrorCodes
 
 from . import errors
-from .accesslog import AccessLog
 from .config import Upstream
 from .errors import UpstreamError
 from .fields import Header
@@ -31,6 +31,9 @@ from .pool import Pool
 from .retry import BUDGET_REACHED, KeptBody, RetryBudget
 from .stats import Stats
 from .upstream import SEND_HIGH_WATER, SlotLost, StreamSlot, UpstreamStream
+
+if TYPE_CHECKING:
+    from .accesslog import AccessLog
 
 log = logging.getLogger("h2ping.exchange")
 

@@ -14,7 +14,6 @@ import socket
 import ssl
 from typing import TYPE_CHECKING, Any
 
-from .accesslog import AccessLog
 from .config import Config, HostPort, parse_listen, parse_upstream
 from .dial import load_ca_file
 from .errors import UpstreamError
@@ -29,6 +28,7 @@ from .stats import Stats
 from .upstream import ConnState
 
 if TYPE_CHECKING:
+    from .accesslog import AccessLog
     from .admin import AdminServer
     from .siblings import Links
 
@@ -176,6 +176,8 @@ class Proxy:
             context = make_ssl_context(config)
         self.pool = Pool(config, context, self.stats)
         if config.access_log is not None:  # opened once the listener stands
+            from .accesslog import AccessLog  # here: only -access-log needs it
+
             self.access_log = AccessLog(
                 config.access_log, config.log_format, config.instance_name, self.stats
             )

@@ -23,7 +23,7 @@ from .conftest import TLSFiles, free_port, running_proxy, scripted, wait_for_por
 #: Modules for flags, paths and formats a plain proxy does not use: -admin-listen,
 #: -workers, -log-format json, and the http enum of status names.
 RARE_PATH_MODULES = {
-    *("h2ping.admin", "h2ping.metrics", "h2ping.siblings", "h2ping.workers"),
+    *("h2ping.admin", "h2ping.metrics", "h2ping.siblings", "h2ping.workers", "h2ping.accesslog"),
     *("json", "datetime", "http"),
 }
 MIB = 1024 * 1024
