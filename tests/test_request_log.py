@@ -200,3 +200,17 @@ async def test_sighup_reopens_the_access_log(tls: TLSFiles, tmp_path: Path, work
     rotated, fresh = (tmp_path / "access.log.1").read_text(), path.read_text()
     assert rotated.count(" /before ") == 6 and " /after " not in rotated
     assert fresh.count(" /after ") == 6 and " /before " not in fresh
+
+
+def test_an_access_log_that_cannot_be_opened_stops_the_start(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    missing = tmp_path / "no-such-dir" / "access.log"
+    done = subprocess.run(
+        [sys.executable, "-m", "h2ping", "-listen", "127.0.0.1:0",
+         "-upstream", "https://127.0.0.1:9", "-access-log", str(missing)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert f"cannot open -access-log {missing}: no such file or directory" in done.stderr
