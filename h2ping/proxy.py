@@ -312,7 +312,7 @@ class Proxy:
         if self._answering is not None:
             self._answering.close()  # last: worker 1 reports our final counts until now
         if self.access_log is not None:
-            await self.access_log.close()  # last: every request has ended and been logged
+            await self.access_log.close()  # every request has ended and been logged by now
         # Let cancelled tasks and closing transports run their last steps.
         await asyncio.sleep(0)
         await asyncio.sleep(0)

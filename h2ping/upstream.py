@@ -235,7 +235,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._frames = FrameSplitter(plain_data=True)
         self._read_buffer = memoryview(bytearray(READ_SIZE))
         self._ping_backoff = ping_backoff
-        self.ping_interval = ping_backoff.interval if ping_backoff else config.ping_interval
+        self.ping_interval = config.ping_interval
+        if ping_backoff is not None:
+            self.ping_interval = ping_backoff.interval
         self._liveness = Liveness(
             self.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
         )
