@@ -242,6 +242,9 @@ class Config:
     max_buffered_bytes: int = 1024 * 1024 * 1024
     # Our SETTINGS_MAX_HEADER_LIST_SIZE: a response over it fails its stream only.
     max_response_header_bytes: int = 256 * 1024
+    # At most this many streams on one connection, below the peer's own limit, so
+    # that one dead connection fails fewer requests; 0: the peer's limit alone.
+    max_streams_per_conn: int = 0
     insecure_skip_verify: bool = False
     ca_file: str | None = None
     connect_timeout: float = 10.0
@@ -252,6 +255,8 @@ class Config:
     name: str = ""
     log_level: str = "info"
     log_format: str = "text"  # "json": one object per line
+    # One line per finished request, in log_format, to this file ("-": stderr); None: off.
+    access_log: str | None = None
     # /healthz, /readyz and /metrics; None serves none of them.
     admin_listen: HostPort | None = None
     # The command writes its PID here once it listens (for a supervisor); Proxy ignores it.
@@ -293,6 +298,10 @@ class Config:
             raise ConfigError("max-buffered-bytes", "must not be negative (0 keeps no bodies)")
         if not 1 <= self.max_response_header_bytes <= 2**32 - 1:
             raise ConfigError("max-response-header-bytes", "must be between 1 and 4294967295")
+        if not 0 <= self.max_streams_per_conn <= 2**31 - 1:
+            raise ConfigError(
+                "max-streams-per-conn", "must be between 0 and 2147483647 (0: the server's limit)"
+            )
         if not 1 <= self.workers <= 256:
             raise ConfigError("workers", "must be between 1 and 256")
         if self.loop_lag_interval < 0:

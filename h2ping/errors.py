@@ -27,6 +27,14 @@ class AdminListenError(ListenError):
     a launcher's hint about ``-listen`` would mislead)."""
 
 
+class AccessLogError(OSError):
+    """The access log could not be opened; ``path`` says which one it was."""
+
+    def __init__(self, path: str, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.path = path
+
+
 class UpstreamError(Exception):
     """A failure on the upstream side.
 

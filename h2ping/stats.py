@@ -15,6 +15,14 @@ from typing import Any
 
 #: PING round-trip buckets, seconds (upper bounds; +Inf is implied).
 RTT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: Request and time-to-headers buckets, seconds: model calls last from milliseconds
+#: to past an hour, and the middlebox's 340 s idle cut falls in between.
+LATENCY_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+    120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0,
+)  # fmt: skip
+#: How a request ends: each one in exactly one of these (``requests_total{outcome}``).
+OUTCOMES = ("ok", "failed", "aborted", "cancelled", "rejected", "cut_at_shutdown")
 
 
 class Histogram:
@@ -89,10 +97,21 @@ class Stats:
     pings_sent: int = 0
     ping_acks: int = 0
     ping_timeouts: int = 0  # connections declared dead: nothing arrived after a PING
+    too_many_pings: int = 0  # GOAWAY(ENHANCE_YOUR_CALM, "too_many_pings") received
+    access_log_dropped: int = 0  # access-log lines lost: the writer fell behind, or failed
     last_ping_rtt: float | None = None  # seconds, of the most recent acknowledged PING
     #: Responses sent to clients by status class ("2xx", "5xx", ...).
     responses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     ping_rtt: Histogram = dataclasses.field(default_factory=Histogram)
+    #: Head received to last byte sent, by outcome (those the exchange ends: a head
+    #: the listener refuses never becomes a request with a duration).
+    request_duration: dict[str, Histogram] = dataclasses.field(
+        default_factory=lambda: {outcome: Histogram(LATENCY_BUCKETS) for outcome in OUTCOMES}
+    )
+    #: Request sent upstream to its response headers: the upstream's time to first byte.
+    upstream_headers: Histogram = dataclasses.field(
+        default_factory=lambda: Histogram(LATENCY_BUCKETS)
+    )
 
     # What happened, one method each: the counters change only here.
 
@@ -165,6 +184,19 @@ class Stats:
     def ping_timed_out(self) -> None:
         self.ping_timeouts += 1
 
+    def pings_punished(self) -> None:
+        """GOAWAY(ENHANCE_YOUR_CALM, too_many_pings) received."""
+        self.too_many_pings += 1
+
+    def request_ended(self, outcome: str, duration: float) -> None:
+        self.request_duration[outcome].observe(duration)
+
+    def response_headers_after(self, seconds: float) -> None:
+        self.upstream_headers.observe(seconds)
+
+    def access_log_lines_dropped(self, lines: int) -> None:
+        self.access_log_dropped += lines
+
     def snapshot(self, *, retry_buffer_bytes: int) -> Stats:
         """A copy as of now, with the gauge read from its owner: later traffic
         does not change it."""
@@ -187,7 +219,13 @@ class Stats:
         """Field by field: what two proxies did together. ``last_ping_rtt`` belongs
         to one connection, so a sum has none."""
         out = Stats(
-            responses=self.responses + other.responses, ping_rtt=self.ping_rtt + other.ping_rtt
+            responses=self.responses + other.responses,
+            ping_rtt=self.ping_rtt + other.ping_rtt,
+            request_duration={
+                outcome: self.request_duration[outcome] + other.request_duration[outcome]
+                for outcome in OUTCOMES
+            },
+            upstream_headers=self.upstream_headers + other.upstream_headers,
         )
         for name in _COUNTS:
             setattr(out, name, getattr(self, name) + getattr(other, name))
@@ -198,6 +236,10 @@ class Stats:
         data: dict[str, Any] = {name: getattr(self, name) for name in _COUNTS}
         data["responses"] = dict(self.responses)
         data["ping_rtt"] = self.ping_rtt.to_json()
+        data["request_duration"] = {
+            outcome: histogram.to_json() for outcome, histogram in self.request_duration.items()
+        }
+        data["upstream_headers"] = self.upstream_headers.to_json()
         return data
 
     @classmethod
@@ -207,6 +249,11 @@ class Stats:
         out = cls(
             responses=collections.Counter(responses),
             ping_rtt=Histogram.from_json(data["ping_rtt"]),
+            request_duration={
+                outcome: Histogram.from_json(data["request_duration"][outcome])
+                for outcome in OUTCOMES
+            },
+            upstream_headers=Histogram.from_json(data["upstream_headers"]),
         )
         for name in _COUNTS:
             setattr(out, name, int(data[name]))

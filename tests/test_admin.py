@@ -122,7 +122,8 @@ async def test_metrics_follow_the_exposition_format(session: aiohttp.ClientSessi
     assert text.endswith("\n")
     families: dict[str, str] = {}
     current = ""
-    buckets: list[tuple[float, float]] = []
+    # Each histogram series (family and labels other than le): its buckets in order.
+    buckets: dict[str, list[tuple[float, float]]] = {}
     values: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("# HELP "):
@@ -143,15 +144,20 @@ async def test_metrics_follow_the_exposition_format(session: aiohttp.ClientSessi
             assert current in (name, base) and current in families, f"{name} outside its family"
             values[name + (labels or "")] = float(value)
             if name.endswith("_bucket"):
-                bound = re.fullmatch(r'\{le="([^"]+)"\}', labels or "")
+                bound = re.fullmatch(r'\{(.*?),?le="([^"]+)"\}', labels or "")
                 assert bound, labels
-                buckets.append((float(bound.group(1)), float(value)))
+                series = f"{base}{{{bound.group(1)}}}"
+                buckets.setdefault(series, []).append((float(bound.group(2)), float(value)))
     assert families["h2ping_ping_rtt_seconds"] == "histogram"
     assert families["h2ping_requests_in_flight"] == "gauge"
-    bounds = [b for b, _ in buckets]
-    counts = [n for _, n in buckets]
-    assert bounds == sorted(bounds) and bounds[-1] == float("inf")
-    assert counts == sorted(counts) and counts[-1] == values["h2ping_ping_rtt_seconds_count"] == 5
+    for series, points in buckets.items():
+        bounds = [b for b, _ in points]
+        counts = [n for _, n in points]
+        assert bounds == sorted(bounds) and bounds[-1] == float("inf"), series
+        name, _, labels = series.partition("{")
+        count = values[f"{name}_count" + (f"{{{labels}" if labels != "}" else "")]
+        assert counts == sorted(counts) and counts[-1] == count, series
+    assert values["h2ping_ping_rtt_seconds_count"] == 5
     assert values['h2ping_ping_rtt_seconds_bucket{le="0.001"}'] == 1
     assert values['h2ping_ping_rtt_seconds_bucket{le="0.005"}'] == 3
     assert values['h2ping_ping_rtt_seconds_bucket{le="10.0"}'] == 4

@@ -542,6 +542,7 @@ def _samples(field: dataclasses.Field, tmp_path: Path) -> tuple[Sample, Sample]:
             ("/run/flag.ready", "/run/flag.ready"),
         ),
         "name": (("envname", "envname"), ("flagname", "flagname")),
+        "access_log": (("/var/log/env.log", "/var/log/env.log"), ("-", "-")),
     }
     if field.name in special:
         return special[field.name]

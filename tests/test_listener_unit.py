@@ -35,8 +35,8 @@ class Handler:
     def cancel(self) -> None:
         self.events.append("cancel")
 
-    def reject(self) -> None:
-        self.events.append("reject")
+    def reject(self, status: int) -> None:
+        self.events.append(f"reject {status}")
 
     def answer(self, body: bytes = b"ok") -> None:
         self.writer.start(200, [(b"content-length", b"%d" % len(body))])
@@ -177,7 +177,7 @@ async def test_malformed_chunk_rejects_the_request_being_read() -> None:
     client = Client()
     client.send(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
     (handler,) = client.handlers
-    assert handler.events == ["start", "reject"]
+    assert handler.events == ["start", "reject 400"]
     assert (await client.output()).startswith(b"HTTP/1.1 400 ")
     # The handler counts the request's outcome; the listener counts the 400 it sent.
     assert (client.stats.requests, client.stats.rejected, client.stats.responses["4xx"]) == (

@@ -28,6 +28,7 @@ RARE_PATH_MODULES = {
         "h2ping.process.metrics",
         "h2ping.process.siblings",
         "h2ping.process.workers",
+        "h2ping.process.accesslog",
     ),
     *("json", "datetime", "http"),
 }

@@ -254,7 +254,9 @@ async def test_metrics_add_up_every_worker(tmp_path: Path) -> None:
              "-admin-listen", f"127.0.0.1:{admin}",
              # PINGs while idle, and idle connections closed soon, so that the
              # counts stand still once the traffic has stopped.
-             "-ping-interval", "100ms", "-idle-conn-timeout", "700ms"],
+             "-ping-interval", "100ms", "-idle-conn-timeout", "700ms",
+             # Both workers append to one access log.
+             "-access-log", str(tmp_path / "access.log"), "-log-format", "json"],
             log=tmp_path / "w.log", ready_file=ready,
         )  # fmt: skip
         try:
@@ -276,6 +278,11 @@ async def test_metrics_add_up_every_worker(tmp_path: Path) -> None:
     assert right_after[("h2ping_requests_total", "outcome=ok")] == sent
     assert right_after[("h2ping_responses_total", "status_class=2xx")] == sent
     assert right_after[("h2ping_requests_in_flight", "")] == 0
+    # The latency histograms add up bucket by bucket, as the counters do.
+    assert right_after[("h2ping_request_duration_seconds_count", "outcome=ok")] == sent
+    assert right_after[("h2ping_request_duration_seconds_bucket", "le=+Inf,outcome=ok")] == sent
+    assert right_after[("h2ping_upstream_headers_seconds_count", "")] == sent
+    assert right_after[("h2ping_access_log_dropped_total", "")] == 0
     assert right_after[("h2ping_workers", "")] == 2
     assert right_after[("h2ping_workers_reporting", "")] == 2
     fast = {labels: v for (name, labels), v in right_after.items() if name == "h2ping_fast_path"}
@@ -295,6 +302,11 @@ async def test_metrics_add_up_every_worker(tmp_path: Path) -> None:
     assert acks == sum(w["ping_acks"] for w in workers) > 0
     assert quiet[("h2ping_ping_rtt_seconds_count", "")] == acks
     assert quiet[("h2ping_ping_rtt_seconds_bucket", "le=+Inf")] == acks
+    # Every request has one whole line in the shared access log, from either worker.
+    lines = [json.loads(line) for line in (tmp_path / "access.log").read_text().splitlines()]
+    assert len(lines) == sent
+    assert {line["instance"] for line in lines} == {"127.0.0.1/1", "127.0.0.1/2"}
+    assert all(line["path"] == "/w" and line["status"] == 200 for line in lines)
 
 
 # --- run_workers itself, with stand-in workers forked from the test process -----------

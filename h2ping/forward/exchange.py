@@ -16,7 +16,9 @@ import asyncio
 import dataclasses
 import logging
 import random
+import time
 from collections.abc import Callable
+from typing import Protocol
 
 from .. import errors
 from ..config import Upstream
@@ -52,6 +54,18 @@ def proxy_status(error: UpstreamError) -> str:
     return f'{PROXY_NAME}; error={error.error}; details="{detail}"'
 
 
+#: One finished request, as the access log takes it: (wall time, method, target,
+#: status sent (0: none), request body bytes, response body bytes, duration, time
+#: to response headers (None: none came), connection, stream, replays, outcome).
+LogEntry = tuple[float, bytes, bytes, int, int, int, float, float | None, int, int, int, str]
+
+
+class RequestLog(Protocol):
+    """Where each finished request leaves its line (``-access-log``)."""
+
+    def write(self, entry: LogEntry) -> None: ...
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ExchangeContext:
     """What the exchanges of one proxy share; the proxy builds it once it has a pool."""
@@ -66,6 +80,7 @@ class ExchangeContext:
     #: call_later and random.random, unless a test gives a clock of its own.
     call_later: Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None = None
     jitter: Callable[[], float] = random.random
+    access_log: RequestLog | None = None  # -access-log
 
 
 class Exchange:
@@ -77,10 +92,14 @@ class Exchange:
         "_backoff",
         "_body",
         "_body_ended",
+        "_bytes_in",
         "_ctx",
         "_fields",
         "_finished",
+        "_headers_after",
+        "_received_at",
         "_request",
+        "_sent_at",
         "_status",
         "_stream",
         "_task",
@@ -108,6 +127,11 @@ class Exchange:
         self._finished = False
         self._attempt = 0
         self._answered_mark = 0  # upstream answers seen when the last attempt failed
+        # For the latency histograms and the access log (monotonic seconds).
+        self._received_at = time.monotonic()  # the head is complete now
+        self._sent_at = 0.0  # the latest attempt left for the upstream
+        self._headers_after: float | None = None  # its response headers came this much later
+        self._bytes_in = 0  # request body bytes received
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
 
@@ -128,6 +152,7 @@ class Exchange:
     def feed_body(self, data: bytes) -> None:
         if self._finished:
             return  # the rest of a body the upstream no longer wants
+        self._bytes_in += len(data)
         body = self._body
         if body.kept:
             body.add(data)
@@ -162,18 +187,21 @@ class Exchange:
         """The client went away."""
         if not self._finished:
             self._ctx.stats.request_cancelled()
+            self._record("cancelled")
         self._stop()
 
-    def reject(self) -> None:
-        """The request body was malformed: the listener answers it with a 4xx."""
+    def reject(self, status: int = 0) -> None:
+        """The request body was malformed: the listener answers it with ``status``."""
         if not self._finished:
             self._ctx.stats.request_rejected()
+            self._record("rejected", status)
         self._stop()
 
     def cut(self) -> None:
         """The proxy is shutting down and the grace period is over."""
         if not self._finished:
             self._ctx.stats.request_cut()
+            self._record("cut_at_shutdown")
         self._stop()
 
     def _stop(self) -> None:
@@ -202,6 +230,8 @@ class Exchange:
             )
             return
         self._status = status
+        self._headers_after = after = time.monotonic() - self._sent_at
+        self._ctx.stats.response_headers_after(after)
         self._ctx.stats.count_response(status)
         # Headers mean the upstream took the request: no replay from here on.
         self._body.give_up("the response had begun")
@@ -221,6 +251,7 @@ class Exchange:
         self._ctx.stats.request_completed()
         self._finish()
         self._writer.end()
+        self._record("ok")
 
     def on_error(self, error: UpstreamError) -> None:
         self._stream = None
@@ -272,6 +303,7 @@ class Exchange:
             return
         self._stream = stream
         self.stream_id = stream.stream_id
+        self._sent_at = time.monotonic()
         if self._request.expect_continue and not self._body_ended:
             self._writer.send_continue()
         for chunk in body:
@@ -346,6 +378,7 @@ class Exchange:
             )
             stats.request_aborted()
             self._writer.abort()
+            self._record("aborted")
             return
         if error.retryable and not self._body.kept:
             stats.replay_refused_for_size()
@@ -357,3 +390,21 @@ class Exchange:
         log.warning("%s: 502 %s", self._where(error), error, extra=cause)
         stats.request_failed(502)
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))
+        self._record("failed", 502)
+
+    def _record(self, outcome: str, status: int = 0) -> None:
+        """The request ended: its duration, and its access-log line. ``status`` is
+        what the client got when the upstream's status is not it."""
+        now = time.monotonic()
+        duration = now - self._received_at
+        self._ctx.stats.request_ended(outcome, duration)
+        access_log = self._ctx.access_log
+        if access_log is not None:
+            request, writer = self._request, self._writer
+            if not status and writer.started:
+                status = self._status
+            access_log.write(
+                (time.time(), request.method, request.target, status, self._bytes_in,
+                 writer.body_bytes, duration, self._headers_after, self.conn_id,
+                 self.stream_id, self._attempt, outcome)
+            )  # fmt: skip

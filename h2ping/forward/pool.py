@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from ..config import Config
 from ..errors import PROXY_INTERNAL_ERROR, UpstreamError
 from ..http2.dial import connect
+from ..http2.pingbackoff import PingBackoff
 from ..http2.upstream import ConnState, StreamSlot, UpstreamConnection
 from ..logs import plural
 from ..stats import Stats
@@ -46,6 +47,7 @@ class Pool:
         self._next_id = 1
         self._closed = False
         self._answered_before = 0  # by connections no longer in the pool
+        self._ping_backoff = PingBackoff(config.ping_interval, stats)  # new connections' PINGs
 
     @property
     def connections(self) -> list[UpstreamConnection]:
@@ -139,6 +141,7 @@ class Pool:
                 self._on_conn_change,
                 self._stats,
                 self._on_conn_age,
+                ping_backoff=self._ping_backoff,
             )
         except Exception as exc:
             if not isinstance(exc, UpstreamError):  # a bug of ours: fail, never hang

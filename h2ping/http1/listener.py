@@ -58,7 +58,7 @@ class RequestHandler(Protocol):
     def end_body(self) -> None: ...
     def client_drained(self) -> None: ...
     def cancel(self) -> None: ...
-    def reject(self) -> None: ...
+    def reject(self, status: int) -> None: ...
 
 
 HandlerFactory = Callable[[Request, ResponseWriter], RequestHandler]
@@ -465,13 +465,13 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     # ----------------------------------------------------------------- rejection
 
-    def _drop_unfinished_request(self) -> None:
-        """Give up the request whose body was still arriving."""
+    def _drop_unfinished_request(self, status: int) -> None:
+        """Give up the request whose body was still arriving (answered ``status``)."""
         if self._reading is None:
             return
         handler, _ = self._reading
         self._reading = None
-        handler.reject()
+        handler.reject(status)
         for i, (pending_handler, writer) in enumerate(self._pending):
             if pending_handler is handler:
                 del self._pending[i]
@@ -491,7 +491,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._stats.count_response(status)
         self._cancel_timer()
         self.pause_reading()
-        self._drop_unfinished_request()
+        self._drop_unfinished_request(status)
         self.state = ReadState.REJECTED
         self._rejection = (status, text)
         if not self._pending:

@@ -168,7 +168,16 @@ class Request:
 class ResponseWriter:
     """Writes one response to the client, choosing its HTTP/1.1 framing."""
 
-    __slots__ = ("_chunked", "_conn", "_mark", "_no_body", "_request", "finished", "started")
+    __slots__ = (
+        "_chunked",
+        "_conn",
+        "_mark",
+        "_no_body",
+        "_request",
+        "body_bytes",
+        "finished",
+        "started",
+    )
 
     def __init__(self, conn: ResponseSink, request: Request) -> None:
         self._conn = conn
@@ -178,6 +187,7 @@ class ResponseWriter:
         self._mark = (0, 0)
         self.started = False
         self.finished = False
+        self.body_bytes = 0  # of the response body, as handed to the connection
 
     @property
     def keep_alive(self) -> bool:
@@ -224,6 +234,7 @@ class ResponseWriter:
     def write(self, data: bytes) -> None:
         if self._no_body or not data or self.finished:
             return
+        self.body_bytes += len(data)
         if self._chunked:
             self._conn.send(b"%x\r\n" % len(data), data, b"\r\n")
         else:
@@ -245,6 +256,7 @@ class ResponseWriter:
             return False
         self._conn.unqueue(queued)
         self.started = False
+        self.body_bytes = 0
         self._chunked = self._no_body = False
         return True
 

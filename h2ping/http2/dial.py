@@ -18,6 +18,7 @@ from ..config import Config
 from ..errors import UpstreamError
 from ..sockets import set_tcp_keepalive
 from ..stats import Stats
+from .pingbackoff import PingBackoff
 from .tlslayer import TLSLayer
 from .upstream import UpstreamConnection
 
@@ -105,12 +106,13 @@ async def connect(
     on_change: Callable[[UpstreamConnection], None],
     stats: Stats,
     on_age: Callable[[UpstreamConnection], None] | None = None,
+    ping_backoff: PingBackoff | None = None,
 ) -> UpstreamConnection:
     """Open a connection and wait for the peer's SETTINGS (so we know its stream limit)."""
     upstream = config.upstream
     timeout = config.connect_timeout
     target = f"{upstream.host}:{upstream.port}"
-    protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age)
+    protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age, ping_backoff)
     try:
         async with asyncio.timeout(timeout):
             await _open(protocol, config, ssl_context)

@@ -44,6 +44,7 @@ from .h2errors import describe_h2_error
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
 from .liveness import Liveness
 from .outbound import OutboundPump
+from .pingbackoff import PingBackoff, punishes_pings
 from .streams import SlotLost, StreamSink, StreamSlot, StreamState, UpstreamStream
 
 log = logging.getLogger("h2ping.upstream")
@@ -79,13 +80,18 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         on_change: Callable[[UpstreamConnection], None],
         stats: Stats,
         on_age: Callable[[UpstreamConnection], None] | None = None,
+        ping_backoff: PingBackoff | None = None,
     ) -> None:
+        """``ping_backoff``, shared by the connections to one upstream, gives the PING
+        interval and hears of a GOAWAY that punishes PINGs."""
         self.upstream = config.upstream
         self.id = conn_id
         self.state = ConnState.CONNECTING
         self.streams: dict[int, UpstreamStream] = {}
         self.reserved = 0  # slots promised by the pool but not yet opened
         self.max_streams = 0  # 0 until the peer's first SETTINGS arrives
+        # -max-streams-per-conn: our own cap below the peer's (0: none).
+        self._stream_cap = config.max_streams_per_conn or 2**31
         self.goaway_last_stream_id: int | None = None
         self.close_reason = ""
         self._on_change = on_change
@@ -99,8 +105,12 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._inbound = InboundTurns(
             self._loop, self._take_batch, lambda: self._frames.ready, self._is_closed
         )
+        self._ping_backoff = ping_backoff
+        self.ping_interval = config.ping_interval
+        if ping_backoff is not None:
+            self.ping_interval = ping_backoff.interval
         self._liveness = Liveness(
-            config.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
+            self.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
         )
         # Retirement: 90-100 % of max-conn-age, jittered so connections opened
         # together do not all retire together.
@@ -137,7 +147,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def free_slots(self) -> int:
         if self.state is not ConnState.OPEN:
             return 0
-        return self.max_streams - len(self.streams) - self.reserved
+        return min(self.max_streams, self._stream_cap) - len(self.streams) - self.reserved
 
     @property
     def busy(self) -> bool:
@@ -419,6 +429,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             code_name,
             len(self.streams),
         )
+        backoff = self._ping_backoff
+        if backoff is not None and punishes_pings(code, payload[8:]):
+            self._ping_backoff = None  # once per connection
+            backoff.punished(self.id, self.ping_interval)
         self._drain(f"GOAWAY {code_name}")
         # Streams above last_stream_id were never processed: safe to replay.
         for stream in [s for sid, s in self.streams.items() if sid > last_stream_id]:

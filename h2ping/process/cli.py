@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..config import Config
-from ..errors import AdminListenError, BindError
+from ..errors import AccessLogError, AdminListenError, BindError
 from ..http2 import fastpaths
 from ..logs import LIFECYCLE, plural, setup_logging
 from ..sockets import raise_nofile_limit
@@ -124,8 +124,11 @@ async def serve(
     # Before binding, so that a signal during startup still means "drain and exit 0".
     for signum in _STOP_SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
+    if config.access_log not in (None, "-"):
+        # Log rotation; without an access-log file SIGHUP keeps its default.
+        loop.add_signal_handler(signal.SIGHUP, proxy.reopen_logs)
     # A worker starts with these blocked, so that none arrives before the handlers.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (*_STOP_SIGNALS, signal.SIGHUP))
     try:
         await proxy.start(sock, links)
     except ssl.SSLError as exc:  # an OSError too, but not the listener's
@@ -133,6 +136,9 @@ async def serve(
         return 1
     except BindError as exc:
         log.error("cannot bind %s: %s", exc.address, _reason(exc))
+        return 1
+    except AccessLogError as exc:
+        log.error("cannot open -access-log %s: %s", exc.path, _reason(exc))
         return 1
     except AdminListenError as exc:  # not "cannot bind": that is the launcher's -listen hint
         log.error("cannot serve -admin-listen on %s: %s", exc.address, _reason(exc))

@@ -154,7 +154,7 @@ def _parse_admin_listen(text: str) -> HostPort | None:
 
 
 def _parse_path(text: str) -> str | None:
-    return text or None  # empty: no ready file, as in the Go binary
+    return text or None  # empty: none, as when not given
 
 
 _STRING = str
@@ -203,6 +203,8 @@ _FLAGS: tuple[_Flag, ...] = (
           "also trust the CA certificates in this PEM file", "none", check=_parse_file),
     _Flag("max-response-header-bytes", "Upstream", _parse_int, "n",
           "a larger response header list gets a 502"),
+    _Flag("max-streams-per-conn", "Upstream", _parse_int, "n",
+          "streams per connection at most; 0: the server's limit"),
     _Flag("insecure-skip-verify", "Upstream", _parse_bool, "",
           "skip the upstream's certificate checks; tests only"),
     _Flag("ping-interval", "Liveness", _DURATION, "duration",
@@ -226,6 +228,8 @@ _FLAGS: tuple[_Flag, ...] = (
     _Flag("log-level", "Logging", _STRING, "level",
           ", ".join(LOG_LEVELS[:-1]) + " or " + LOG_LEVELS[-1]),
     _Flag("log-format", "Logging", _STRING, "format", "text, or json for one object per line"),
+    _Flag("access-log", "Logging", _STRING, "path",
+          "one line per finished request here; - for stderr", "off", check=_parse_path),
     _Flag("name", "Logging", _STRING, "string", "instance name in log lines", "upstream host"),
     _Flag("admin-listen", "Admin", _STRING, "host:port",
           "serve /healthz, /readyz and /metrics here", "off", check=_parse_admin_listen),

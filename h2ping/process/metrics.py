@@ -158,6 +158,18 @@ def render(
     def counter(name: str, text: str, value: int) -> None:
         family(f"h2ping_{name}_total", "counter", text, [("", value)])
 
+    def histogram(name: str, text: str, series: dict[str, Histogram]) -> None:
+        """One family; ``series`` maps a label set (``outcome="ok"``, or "") to its data."""
+        samples: list[tuple[str, float]] = []
+        for labels, data in series.items():
+            prefix = labels + "," if labels else ""
+            samples += [
+                (f'_bucket{{{prefix}le="{_number(bound)}"}}', n) for bound, n in data.cumulative()
+            ]
+            braced = f"{{{labels}}}" if labels else ""
+            samples += [(f"_sum{braced}", data.total), (f"_count{braced}", data.count)]
+        family(f"h2ping_{name}", "histogram", text, samples)
+
     info = {"version": __version__, "upstream": str(config.upstream), "instance": instance}
     family(
         "h2ping_info",
@@ -190,6 +202,16 @@ def render(
         "cut_at_shutdown (unfinished when the shutdown grace ran out).",
         [(f'{{outcome="{k}"}}', v) for k, v in outcomes.items()],
     )
+    histogram(
+        "request_duration_seconds",
+        "From a request's head received to the last byte sent to the client, by outcome.",
+        {f'outcome="{k}"': stats.request_duration[k] for k in outcomes},
+    )
+    histogram(
+        "upstream_headers_seconds",
+        "From a request sent upstream to its response headers (the upstream's time to first byte).",
+        {"": stats.upstream_headers},
+    )
     family(
         "h2ping_requests_in_flight",
         "gauge",
@@ -216,32 +238,19 @@ def render(
             stats.connections_opened)  # fmt: skip
     counter("pings_sent", "HTTP/2 PINGs sent to the upstream.", stats.pings_sent)
     counter("ping_acks", "PING ACKs received from the upstream.", stats.ping_acks)
-    rtt = stats.ping_rtt
-    family(
-        "h2ping_ping_rtt_seconds",
-        "histogram",
-        "Round-trip time of acknowledged PINGs.",
-        [
-            *((f'_bucket{{le="{_number(bound)}"}}', n) for bound, n in rtt.cumulative()),
-            ("_sum", rtt.total),
-            ("_count", rtt.count),
-        ],
-    )
+    histogram("ping_rtt_seconds", "Round-trip time of acknowledged PINGs.", {"": stats.ping_rtt})
     if snapshot.lag is not None:
-        lag = snapshot.lag
-        family(
-            "h2ping_event_loop_lag_seconds",
-            "histogram",
+        histogram(
+            "event_loop_lag_seconds",
             f"How late a {config.loop_lag_interval:g}s tick of the event loop ran.",
-            [
-                *((f'_bucket{{le="{_number(bound)}"}}', n) for bound, n in lag.cumulative()),
-                ("_sum", lag.total),
-                ("_count", lag.count),
-            ],
+            {"": snapshot.lag},
         )
     counter("ping_timeouts", "Upstream connections declared dead: silent after a PING.",
             stats.ping_timeouts)  # fmt: skip
     counter("goaways", "GOAWAY frames received from the upstream.", stats.goaways)
+    counter("too_many_pings", "GOAWAY(ENHANCE_YOUR_CALM, too_many_pings) received: the "
+            "upstream's PING policy; each doubles the PING interval of new connections, "
+            "up to 300s.", stats.too_many_pings)  # fmt: skip
     counter("replays", "Refused requests sent again on another connection.", stats.replays)
     counter("replays_refused_for_size",
             "Refused requests not replayed because their body had not been kept.",
@@ -268,4 +277,7 @@ def render(
         "hpack changed, and plain h2/hpack does the work (slower). Over workers: the least.",
         [(f'{{path="{_escape(k)}"}}', v) for k, v in sorted(snapshot.fast_paths.items())],
     )
+    if config.access_log is not None:
+        counter("access_log_dropped", "Access-log lines lost: the writer fell behind "
+                "(a slow disk) or could not write.", stats.access_log_dropped)  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ import ssl
 from typing import TYPE_CHECKING, Any
 
 from ..config import Config, HostPort, parse_listen, parse_upstream
-from ..errors import BindError, UpstreamError
+from ..errors import AccessLogError, BindError, UpstreamError
 from ..forward.exchange import Exchange, ExchangeContext
 from ..forward.pool import Pool
 from ..forward.retry import RetryBudget
@@ -29,6 +29,7 @@ from ..stats import Stats
 from .lag import LagMonitor
 
 if TYPE_CHECKING:
+    from .accesslog import AccessLog
     from .admin import AdminServer
     from .siblings import Links
 
@@ -105,6 +106,7 @@ class Proxy:
         self._exchange_context: ExchangeContext | None = None  # once started
         self.admin: AdminServer | None = None  # with config.admin_listen, once started
         self.lag: LagMonitor | None = None  # with config.loop_lag_interval, once started
+        self.access_log: AccessLog | None = None  # with config.access_log, once started
         self._answering: asyncio.BaseTransport | None = None  # worker 1's questions to us
         self.port = 0
         self._address: tuple[Any, ...] = ()
@@ -152,6 +154,12 @@ class Proxy:
         if context is None and config.upstream.tls:
             context = make_ssl_context(config)
         self.pool = Pool(config, context, self.stats)
+        if config.access_log is not None:  # opened once the listener stands
+            from .accesslog import AccessLog  # here: only -access-log needs it
+
+            self.access_log = AccessLog(
+                config.access_log, config.log_format, config.instance_name, self.stats
+            )
         self._exchange_context = ExchangeContext(
             pool=self.pool,
             upstream=config.upstream,
@@ -159,6 +167,7 @@ class Proxy:
             retry_budget=self.retry_budget,
             stats=self.stats,
             live=self.exchanges,
+            access_log=self.access_log,
         )
         if sock is None:
             sock = bind_listener(config.listen)
@@ -178,6 +187,12 @@ class Proxy:
             raise
         self._address = sock.getsockname()
         self.port = self._address[1]
+        if self.access_log is not None:  # before any request can be accepted (no await)
+            try:
+                self.access_log.open()
+            except OSError as exc:
+                self._server.close()
+                raise AccessLogError(self.access_log.path, exc) from None
         if config.loop_lag_interval > 0:
             self.lag = LagMonitor(config.loop_lag_interval)
             self.lag.start()
@@ -199,6 +214,11 @@ class Proxy:
                 self._server.close()
                 raise
             self.admin = admin
+
+    def reopen_logs(self) -> None:
+        """Open the access log's file again before its next line (SIGHUP, after rotation)."""
+        if self.access_log is not None:
+            self.access_log.reopen()
 
     async def readiness(self, timeout: float) -> str | None:
         """None if requests can be forwarded now, else why not: for ``/readyz``.
@@ -271,6 +291,8 @@ class Proxy:
             await self.admin.stop()
         if self._answering is not None:
             self._answering.close()  # last: worker 1 reports our final counts until now
+        if self.access_log is not None:
+            await self.access_log.close()  # every request has ended and been logged by now
         # Let cancelled tasks and closing transports run their last steps.
         await asyncio.sleep(0)
         await asyncio.sleep(0)

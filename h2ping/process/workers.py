@@ -5,7 +5,8 @@ Python runs one core's worth of work per process. The parent binds the socket
 workers, which inherit it; the kernel hands each accepted client connection to
 one of them, and each has its own event loop and upstream pool. Each worker
 reports over its own pipe once it serves; when all have, the parent calls
-``on_ready`` (the ready file). The parent only forwards SIGINT/SIGTERM and reaps:
+``on_ready`` (the ready file). The parent only forwards SIGINT/SIGTERM (and SIGHUP,
+with an access-log file) and reaps:
 if a worker fails it stops the others and exits with that worker's code.
 
 With ``-admin-listen``, worker 1 serves it for all, and asks the others for their
@@ -49,7 +50,11 @@ def run_workers(
     # Blocked until the workers and our handler are in place: a signal in between
     # would otherwise reach a worker with the parent's handler, or kill the parent.
     # Each worker unblocks them once its own handlers are installed.
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    # With an access-log file, SIGHUP (log rotation) goes to every worker too.
+    relayed: tuple[signal.Signals, ...] = _STOP_SIGNALS
+    if config.access_log not in (None, "-"):
+        relayed = (*_STOP_SIGNALS, signal.SIGHUP)
+    signal.pthread_sigmask(signal.SIG_BLOCK, relayed)
     try:
         for index in range(1, config.workers + 1):
             worker_config = config.replace(
@@ -75,10 +80,10 @@ def run_workers(
 
         def forward(signum: int, _frame: object) -> None:
             nonlocal stopping
-            stopping = True
+            stopping = stopping or signum != signal.SIGHUP
             _signal_all(pipes.values(), signum)
 
-        for signum in _STOP_SIGNALS:
+        for signum in relayed:
             signal.signal(signum, forward)
     finally:
         # Only the two workers of a pair may hold it: a copy anywhere else would
@@ -86,7 +91,7 @@ def run_workers(
         for pair in pairs.values():
             for end in pair:
                 end.close()
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, relayed)
 
     worst = 0
     started = 0

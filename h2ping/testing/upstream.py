@@ -221,6 +221,7 @@ class ScriptedConnection(asyncio.Protocol):
         self.streams_opened = 0
         self.streams_refused = 0
         self.pings_received = 0
+        self.ping_times: list[float] = []  # loop time of each PING received (not ACKs)
         self.goaway_sent: int | None = None  # last_stream_id of our latest GOAWAY
         self.goaway_received: int | None = None  # error code of the client's GOAWAY
         self.requests: list[ScriptedRequest] = []
@@ -398,6 +399,7 @@ class ScriptedConnection(asyncio.Protocol):
 
     def _on_ping(self, event: h2.events.PingReceived) -> None:
         self.pings_received += 1
+        self.ping_times.append(asyncio.get_running_loop().time())
 
     def _on_goaway(self, payload: bytes) -> bool:
         """Note the client's GOAWAY; False if it was malformed (and ended us)."""
