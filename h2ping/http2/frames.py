@@ -25,6 +25,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import h2.exceptions
+
 FRAME_HEADER = 9
 _DATA, _HEADERS, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY, _CONTINUATION = (
     0x0, 0x1, 0x4, 0x5, 0x6, 0x7, 0x9
@@ -174,3 +176,11 @@ class FrameSplitter:
 def data_frame(stream_id: int, payload: bytes) -> bytes:
     """A plain DATA frame again, from what :meth:`FrameSplitter.take` handed out."""
     return len(payload).to_bytes(3, "big") + b"\x00\x00" + stream_id.to_bytes(4, "big") + payload
+
+
+def parse_goaway(payload: bytes) -> tuple[int, int, bytes]:
+    """A GOAWAY payload's last stream id, error code and debug data (RFC 9113 6.8)."""
+    if len(payload) < 8:
+        raise h2.exceptions.ProtocolError("GOAWAY frame shorter than 8 bytes")
+    last_stream_id = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+    return last_stream_id, int.from_bytes(payload[4:8], "big"), bytes(payload[8:])

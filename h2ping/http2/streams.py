@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import h2.exceptions
 from h2.errors import ErrorCodes
 
+from .. import errors
 from ..errors import UpstreamError
 from ..fields import Header
 
@@ -65,6 +66,7 @@ class StreamHost(Protocol):
     @property
     def outbound(self) -> BodyPump: ...
     def reset(self, stream: UpstreamStream, error_code: int) -> None: ...
+    def forget(self, stream: UpstreamStream) -> None: ...
     def open_stream(
         self, headers: list[Header], sink: StreamSink, end_stream: bool
     ) -> UpstreamStream: ...
@@ -148,6 +150,44 @@ class UpstreamStream:
     def received(self, nbytes: int) -> None:
         """``nbytes`` of response data were delivered: credit held until acked."""
         self.unacked += nbytes
+
+    # What the peer sent on this stream, told by the connection; the stream says
+    # what it means to its sink, and asks the connection to end it where it ends.
+
+    def got_response(self, headers: list[Header], end_stream: bool) -> None:
+        self.sink.on_response(headers, end_stream)
+
+    def got_data(self, data: bytes, flow_controlled_length: int) -> None:
+        self.unacked += flow_controlled_length
+        self.sink.on_data(data, flow_controlled_length)
+
+    def got_end(self) -> None:
+        """The response is complete."""
+        sink = self.sink
+        if self.state is not StreamState.SENT:
+            # A complete response before the whole request body (RFC 9113 8.1):
+            # stop sending the rest; the response stands.
+            self.conn.reset(self, ErrorCodes.NO_ERROR)
+        else:
+            self.conn.forget(self)
+        sink.on_end()
+
+    def got_reset(self, code: int) -> None:
+        """The peer reset the stream: refused unprocessed (safe to replay), or not."""
+        self.conn.forget(self)
+        if code == ErrorCodes.REFUSED_STREAM:
+            error = UpstreamError(
+                errors.CONNECTION_TERMINATED, "stream refused by upstream", retryable=True
+            )
+        else:
+            name = code.name if isinstance(code, ErrorCodes) else str(code)
+            error = UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"stream reset by upstream ({name})")
+        self.sink.on_error(error)
+
+    def got_fault(self, error: str, detail: str) -> None:
+        """The response was malformed; h2 has reset the stream. Neighbours go on."""
+        self.conn.forget(self)
+        self.sink.on_error(UpstreamError(error, detail))
 
     @property
     def has_body_queued(self) -> bool:

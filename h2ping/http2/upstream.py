@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import enum
 import logging
-import random
 from collections.abc import Callable
 from typing import cast
 
@@ -36,12 +35,20 @@ from ..errors import UpstreamError
 from ..fields import Header
 from ..logs import plural
 from ..stats import Stats
-from ..timers import LazyTimer
 from . import fastpaths
-from .frames import GOAWAY, RUN, FloodError, FrameSizeError, FrameSplitter, data_frame
+from .frames import (
+    GOAWAY,
+    RUN,
+    FloodError,
+    FrameSizeError,
+    FrameSplitter,
+    data_frame,
+    parse_goaway,
+)
 from .h2conn import DATA, H2Connection, StreamFault
 from .h2errors import describe_h2_error
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
+from .lifetime import Lifetime
 from .liveness import Liveness
 from .outbound import OutboundPump
 from .pingbackoff import PingBackoff, punishes_pings
@@ -55,6 +62,31 @@ STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 64 * 1024 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
+
+
+#: headers.request_headers produces what h2's outbound checks would: they are off.
+#: Responses are checked per stream by headers.response_head.
+H2_CONFIG = h2.config.H2Configuration(
+    client_side=True,
+    header_encoding=None,
+    validate_outbound_headers=False,
+    normalize_outbound_headers=False,
+    validate_inbound_headers=False,
+    normalize_inbound_headers=False,
+)
+
+
+def our_settings(header_list_limit: int) -> h2.settings.Settings:
+    """Our settings, all in the preface's one SETTINGS frame, never h2's defaults
+    first: a server must not see a smaller header list limit than we enforce."""
+    return h2.settings.Settings(
+        client=True,
+        initial_values={
+            h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: header_list_limit,
+        },
+    )
 
 
 class ConnState(enum.Enum):
@@ -112,28 +144,16 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._liveness = Liveness(
             self.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
         )
-        # Retirement: 90-100 % of max-conn-age, jittered so connections opened
-        # together do not all retire together.
-        self.created_at = self._loop.time()
-        self.age_limit = random.uniform(0.9, 1.0) * config.max_conn_age
-        self._on_age = on_age
-        self._age_timer: asyncio.TimerHandle | None = None
-        # Closed after this long without a stream, as Go's transport does (0: never).
-        self._idle_timeout = config.idle_conn_timeout
-        self._idle_since = self.created_at
-        self._idle_timer = LazyTimer(self._loop, self._check_idle)
-        self.answered = 0  # streams the peer sent response headers for: it is taking work
-        # headers.request_headers produces what h2's outbound checks would: skip them.
-        h2_config = h2.config.H2Configuration(
-            client_side=True,
-            header_encoding=None,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-            # Responses are checked per stream by headers.response_head.
-            validate_inbound_headers=False,
-            normalize_inbound_headers=False,
+        self.lifetime = Lifetime(
+            self._loop,
+            config.max_conn_age,
+            config.idle_conn_timeout,
+            None if on_age is None else lambda: on_age(self),
+            self._on_idle,
+            lambda: self.busy,
         )
-        self._h2 = H2Connection(h2_config, config.max_response_header_bytes, fast)
+        self.answered = 0  # streams the peer sent response headers for: it is taking work
+        self._h2 = H2Connection(H2_CONFIG, config.max_response_header_bytes, fast)
         self.outbound = OutboundPump(self._loop, self._h2)
 
     # ----------------------------------------------------------------- capacity
@@ -148,6 +168,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.state is not ConnState.OPEN:
             return 0
         return min(self.max_streams, self._stream_cap) - len(self.streams) - self.reserved
+
+    @property
+    def age_limit(self) -> float:
+        return self.lifetime.age_limit
 
     @property
     def busy(self) -> bool:
@@ -221,16 +245,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self._inbound.attach(self._transport)
         self.outbound.attach(self._transport)
-        # Our settings go in the preface's one SETTINGS frame, never h2's defaults
-        # first: a server must not see a smaller header list limit than we enforce.
-        self._h2.local_settings = h2.settings.Settings(
-            client=True,
-            initial_values={
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self._h2.header_list_limit,
-            },
-        )
+        self._h2.local_settings = our_settings(self._h2.header_list_limit)
         self._h2.initiate_connection()
         self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self.outbound.flush()
@@ -328,69 +343,28 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def _dispatch(self, event: h2.events.Event) -> None:
         # No h2 event class derives from another: isinstance picks exactly one.
         if isinstance(event, h2.events.DataReceived):
-            self._on_data(event)
-        elif isinstance(event, h2.events.ResponseReceived):
             stream = self.streams.get(event.stream_id)
             if stream is not None:
-                self.answered += 1
-                stream.sink.on_response(event.headers, event.stream_ended is not None)
-        elif isinstance(event, h2.events.StreamEnded):
-            stream = self.streams.get(event.stream_id)
-            if stream is not None:
-                self._on_remote_end(stream)
-        elif isinstance(event, h2.events.StreamReset):
-            self._on_reset(event)
+                stream.got_data(event.data, event.flow_controlled_length)
+            else:  # an abandoned stream's data still counts against the connection window
+                self.outbound.give_credit(event.stream_id, event.flow_controlled_length)
         elif isinstance(event, h2.events.WindowUpdated):
             self._on_window_update(event.stream_id)
         elif isinstance(event, h2.events.RemoteSettingsChanged):
             self._on_settings(event)
         elif isinstance(event, h2.events.PingAckReceived):
             self._liveness.on_ack(event.ping_data)
+        elif (stream := self.streams.get(getattr(event, "stream_id", 0))) is None:
+            return
+        elif isinstance(event, h2.events.ResponseReceived):
+            self.answered += 1
+            stream.got_response(event.headers, event.stream_ended is not None)
+        elif isinstance(event, h2.events.StreamEnded):
+            stream.got_end()
+        elif isinstance(event, h2.events.StreamReset):
+            stream.got_reset(event.error_code)
         elif isinstance(event, StreamFault):
-            self._on_fault(event)
-
-    def _on_data(self, event: h2.events.DataReceived) -> None:
-        stream = self.streams.get(event.stream_id)
-        if stream is None:
-            # Data for a stream we already abandoned still counts against the
-            # connection window: give it back at once.
-            self.outbound.give_credit(event.stream_id, event.flow_controlled_length)
-            return
-        stream.received(event.flow_controlled_length)
-        stream.sink.on_data(event.data, event.flow_controlled_length)
-
-    def _on_remote_end(self, stream: UpstreamStream) -> None:
-        sink = stream.sink
-        if stream.state is not StreamState.SENT:
-            # A complete response before the whole request body (RFC 9113 8.1):
-            # stop sending the rest; the response stands.
-            self.reset(stream, ErrorCodes.NO_ERROR)
-        else:
-            self._forget(stream)
-        sink.on_end()
-
-    def _on_reset(self, event: h2.events.StreamReset) -> None:
-        stream = self.streams.get(event.stream_id)
-        if stream is None:
-            return
-        self._forget(stream)
-        code = event.error_code
-        name = code.name if isinstance(code, ErrorCodes) else str(code)
-        if code == ErrorCodes.REFUSED_STREAM:
-            err = UpstreamError(
-                errors.CONNECTION_TERMINATED, "stream refused by upstream", retryable=True
-            )
-        else:
-            err = UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"stream reset by upstream ({name})")
-        stream.sink.on_error(err)
-
-    def _on_fault(self, event: StreamFault) -> None:
-        """The stream's response was bad; h2 has reset it. Its neighbours go on."""
-        stream = self.streams.get(event.stream_id)
-        if stream is None:
-            return
-        self._forget(stream)
-        stream.sink.on_error(UpstreamError(event.error, event.detail))
+            stream.got_fault(event.error, event.detail)
 
     def _on_settings(self, event: h2.events.RemoteSettingsChanged) -> None:
         self.max_streams = min(self._h2.remote_settings.max_concurrent_streams, 2**31)
@@ -400,20 +374,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self.state = ConnState.OPEN
             self._ready.set_result(None)
             self._liveness.start()
-            if self.age_limit > 0 and self._on_age is not None:
-                self._age_timer = self._loop.call_at(
-                    self.created_at + self.age_limit, self._on_age, self
-                )
-            if self._idle_timeout > 0:
-                self._idle_since = self._loop.time()
-                self._idle_timer.set(self._idle_since + self._idle_timeout)
+            self.lifetime.start()
         self._on_change(self)
 
     def _on_goaway(self, payload: bytes) -> None:
-        if len(payload) < 8:
-            raise h2.exceptions.ProtocolError("GOAWAY frame shorter than 8 bytes")
-        last_stream_id = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
-        code = int.from_bytes(payload[4:8], "big")
+        last_stream_id, code, debug_data = parse_goaway(payload)
         if self.goaway_last_stream_id is not None:
             last_stream_id = min(last_stream_id, self.goaway_last_stream_id)
         self.goaway_last_stream_id = last_stream_id
@@ -430,7 +395,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             len(self.streams),
         )
         backoff = self._ping_backoff
-        if backoff is not None and punishes_pings(code, payload[8:]):
+        if backoff is not None and punishes_pings(code, debug_data):
             self._ping_backoff = None  # once per connection
             backoff.punished(self.id, self.ping_interval)
         self._drain(f"GOAWAY {code_name}")
@@ -466,10 +431,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         """End ``stream`` with RST_STREAM ``error_code``; its slot is free."""
         with contextlib.suppress(h2.exceptions.ProtocolError):  # already closed in h2
             self._h2.reset_stream(stream.stream_id, error_code)
-        self._forget(stream)
+        self.forget(stream)
         self.outbound.schedule_flush()
 
-    def _forget(self, stream: UpstreamStream) -> None:
+    def forget(self, stream: UpstreamStream) -> None:
         """The stream is over: free its slot and the window credit it still holds."""
         if stream.closed:
             return
@@ -481,7 +446,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if credit:
             self.outbound.give_credit(stream.stream_id, credit)
         if not self.streams:
-            self._idle_since = self._loop.time()
+            self.lifetime.went_idle()
         if self.state is ConnState.OPEN:
             self._on_change(self)  # a slot is free
         else:
@@ -513,23 +478,12 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.state is ConnState.OPEN:
             self.state = ConnState.DRAINING
             self.close_reason = reason
+            self.lifetime.stop()  # it takes no new streams: neither clock matters now
             self._on_change(self)
 
-    def _check_idle(self) -> None:
-        """One timer per connection, re-armed lazily: streams ending only record
-        the time, so a busy connection costs no timer operation per request."""
-        if self.state is not ConnState.OPEN:
-            return
-        now = self._loop.time()
-        if self.busy:
-            due = now + self._idle_timeout
-        else:
-            due = self._idle_since + self._idle_timeout
-            if due <= now:
-                log.info("conn=%d idle for %.1fs: closing", self.id, now - self._idle_since)
-                self.close("idle-conn-timeout")
-                return
-        self._idle_timer.set(due)
+    def _on_idle(self, seconds: float) -> None:
+        log.info("conn=%d idle for %.1fs: closing", self.id, seconds)
+        self.close("idle-conn-timeout")
 
     def _close_if_drained(self) -> None:
         if self.state is ConnState.DRAINING and not self.streams and not self.reserved:
@@ -561,17 +515,14 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.state = ConnState.CLOSED
         self.close_reason = self.close_reason or reason
         self._liveness.stop()
-        if self._age_timer is not None:
-            self._age_timer.cancel()
-            self._age_timer = None
-        self._idle_timer.cancel()
+        self.lifetime.stop()
         self._inbound.stop()
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
         streams = list(self.streams.values())
         for stream in streams:
-            self._forget(stream)
+            self.forget(stream)
         for stream in streams:
             stream.sink.on_error(error)
         self._on_change(self)
