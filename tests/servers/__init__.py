@@ -17,6 +17,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -93,12 +94,14 @@ async def running_process(
         start_new_session=True,
     )
     try:
-        try:
-            await wait_for_port(port, timeout)
-        except OSError:
-            raise AssertionError(
-                f"{argv[0]} did not start: {(workdir / 'server.log').read_text()}"
-            ) from None
+        deadline = time.monotonic() + timeout
+        while True:
+            with contextlib.suppress(OSError):
+                await wait_for_port(port, 0.2)
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log_text = (workdir / "server.log").read_text()
+                raise AssertionError(f"{argv[0]} did not start: {log_text}")
         yield proc
     finally:
         # The master alone: it stops its workers in its own way.

@@ -31,8 +31,10 @@ async def run_granian(
         "--ssl-keyfile", tls.key_file,
         "--no-ws",
         "--log-level", "warning",
-        # SIGHUP respawns the workers gracefully; by default only after 3.5 s.
-        "--respawn-interval", "0.1",
+        # On SIGHUP, Granian starts a new worker, waits this long, then stops the
+        # old one gracefully. Its default is 3.5 s; a new worker takes about 0.5 s
+        # to listen here, and the old one must not stop before.
+        "--respawn-interval", "1.5",
         "tests.servers.granian_app:app",
     ]  # fmt: skip
     env = {

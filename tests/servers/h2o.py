@@ -16,7 +16,6 @@ CONFIG = """
 user: root
 pid-file: {dir}/h2o.pid
 error-log: {dir}/error.log
-ocsp-update-interval: 0  # no stapling: the test CA has no responder
 # An idle h2 connection is kept this long (the idle case lasts a minute).
 http2-idle-timeout: 120
 listen:
@@ -25,6 +24,7 @@ listen:
   ssl:
     certificate-file: {cert}
     key-file: {key}
+    ocsp-update-interval: 0  # no stapling: the test CA has no responder
 hosts:
   default:
     paths:
