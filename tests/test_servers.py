@@ -3,9 +3,9 @@ Apache httpd with mod_http2, h2o, HAProxy, Node's http2 module, Granian and
 nginx, each started by the test on a free loopback port. The client is aiohttp,
 as in production.
 
-The heavy cases (16 MiB each way, churn, the idle minute) run on uvloop only,
-the loop the command uses, to keep the suite's time down; the others run on
-both loops."""
+Every case runs on both loops, except the idle minute: it runs once, for all
+servers at once, on uvloop (the loop the command uses), to keep the suite's
+time down."""
 
 from __future__ import annotations
 
@@ -77,7 +77,6 @@ async def test_get_and_post_echo(
         assert proxy.stats.failed == 0
 
 
-@uvloop_only
 async def test_16_mib_each_way(
     origin: Origin, tls: TLSFiles, session: aiohttp.ClientSession
 ) -> None:
@@ -162,7 +161,6 @@ async def test_graceful_reload_with_requests_in_flight(origin: Origin, tls: TLSF
     assert origin.seen() == dict.fromkeys(bodies, 1)
 
 
-@uvloop_only
 @pytest.mark.parametrize("name", CHURNING)
 async def test_churn_post_echo(name: str, tls: TLSFiles, tmp_path: pathlib.Path) -> None:
     """The server ends each connection after 50 streams: 2,000 POSTs with 2 KB
