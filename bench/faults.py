@@ -33,7 +33,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from measure import percentiles
 from procs import BenchError, find_tool, write_results
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -342,13 +342,12 @@ async def uploads_case(run: Run) -> dict[str, Any]:
 def _latency(seconds: list[float]) -> dict[str, Any]:
     if not seconds:
         return {"n": 0}
-    ordered = sorted(seconds)
-    cuts = statistics.quantiles(ordered, n=100, method="inclusive") if len(ordered) > 1 else []
+    p50, p99 = percentiles(seconds, 50, 99)
     return {
-        "n": len(ordered),
-        "p50_ms": (cuts[49] if cuts else ordered[0]) * 1000,
-        "p99_ms": (cuts[98] if cuts else ordered[0]) * 1000,
-        "max_ms": ordered[-1] * 1000,
+        "n": len(seconds),
+        "p50_ms": p50 * 1000,
+        "p99_ms": p99 * 1000,
+        "max_ms": max(seconds) * 1000,
     }
 
 

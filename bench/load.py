@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from measure import percentiles
 from procs import BenchError
 
 LOAD_CPU = 1
@@ -101,15 +102,14 @@ def latency_from_log(log_file: Path) -> dict[str, Any]:
         bad += not fields[1].startswith("2")
     if not times:
         raise BenchError(f"empty h2load log {log_file}")
-    times.sort()
-    cuts = statistics.quantiles(times, n=100, method="inclusive")
+    p50, p90, p99 = percentiles(times, 50, 90, 99)
     return {
         "requests": len(times),
         "non_2xx": bad,
         "mean_us": statistics.fmean(times),
-        "p50_us": cuts[49],
-        "p90_us": cuts[89],
-        "p99_us": cuts[98],
+        "p50_us": p50,
+        "p90_us": p90,
+        "p99_us": p99,
         "max_us": times[-1],
     }
 

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from procs import find_tool, write_results  # stdlib only, unlike the other bench modules
+from measure import cpu_model  # these two stdlib only, unlike the other bench modules
+from procs import find_tool, write_results
 
 BENCH_DIR = Path(__file__).resolve().parent
 SSE_SCENARIOS = ("sse_500", "sse_1000", "sse_2000")
@@ -114,11 +115,7 @@ def _loadavg() -> str:
 
 
 def environment(peers: list[str]) -> dict[str, Any]:
-    cpu = "?"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+    cpu = cpu_model()
     versions = {"python": platform.python_version()}
     for dist in ("h2ping", "h2", "httptools", "uvloop", "httpx", "aiohttp"):
         try:

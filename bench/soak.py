@@ -78,6 +78,7 @@ from typing import Any
 
 import aiohttp
 from h2.errors import ErrorCodes
+from measure import cpu_model, percentiles, rss_mib
 
 from h2ping import Proxy
 from h2ping.testing import (
@@ -561,11 +562,6 @@ class Snapshot:
         return Snapshot(fds, sockets, len(asyncio.all_tasks()), rss_mib())
 
 
-def rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 async def watch_loop_lag(lags: list[float]) -> None:
     loop = asyncio.get_running_loop()
     while True:
@@ -578,13 +574,8 @@ async def watch_loop_lag(lags: list[float]) -> None:
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{platform.node()}, {os.cpu_count()} CPUs ({model}), Python {platform.python_version()}"
+    cpus = f"{os.cpu_count()} CPUs ({cpu_model()})"
+    return f"{platform.node()}, {cpus}, Python {platform.python_version()}"
 
 
 def tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
@@ -710,7 +701,7 @@ async def soak(args: argparse.Namespace) -> int:
         "proxy exchanges": len(proxy.exchanges),
         "proxy client connections": len(proxy.clients),
         "pool streams": sum(len(c.streams) + c.reserved for c in proxy.pool.connections),
-        "retry-buffer bytes": proxy.stats.retry_buffer_bytes,
+        "retry-buffer bytes": proxy.retry_budget.used,
         "retry budget used": proxy.retry_budget.used,
         "upstream open streams": upstream.open_streams,
     }
@@ -836,7 +827,7 @@ def print_report(
     )
     for cut in idle_cut.live_cuts[:10]:
         print(f"  live flow cut: {cut}")
-    print(f"h2ping: {stats.summary()}")
+    print(f"h2ping: {proxy.summary()}")
     print(f"  responses by class: {dict(sorted(stats.responses.items()))}")
     levels = collections.Counter()
     for (name, level), n in proxy_log.counts.items():
@@ -853,8 +844,7 @@ def print_report(
         )
     for message in loop_errors.upstream_tool[:5]:
         print(f"    {message}")
-    ordered = sorted(lags)
-    p99 = ordered[int(len(ordered) * 0.99)] if ordered else 0.0
+    (p99,) = percentiles(lags, 99) if lags else (0.0,)
     print(f"event loop lag: p99 {p99 * 1000:.0f} ms, max {max(lags, default=0) * 1000:.0f} ms")
     print(f"after traffic stopped ({pooled} pooled upstream connections still open):")
     for name, n in leftovers.items():

@@ -25,6 +25,7 @@ import sys
 import time
 
 import httptools
+from measure import percentiles
 from procs import run_on_uvloop, tree_cpu_seconds
 
 
@@ -135,10 +136,6 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def percentile(ordered: list[int], fraction: float) -> float:
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))] / 1000
-
-
 async def run(args: argparse.Namespace) -> dict[str, object]:
     window = Window(args.streams)
     gate = asyncio.Semaphore(args.connect_concurrency)
@@ -175,8 +172,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "events": events,
         "events_per_s": events / elapsed,
         "asked_per_s": asked,
-        "delay_p50_ms": percentile(delays, 0.50) if delays else None,
-        "delay_p99_ms": percentile(delays, 0.99) if delays else None,
+        "delay_p50_ms": percentiles(delays, 50)[0] / 1000 if delays else None,
+        "delay_p99_ms": percentiles(delays, 99)[0] / 1000 if delays else None,
         "delay_max_ms": delays[-1] / 1000 if delays else None,
         "gaps": window.gaps,
         "stream_events_min": min(counts),

@@ -2,7 +2,7 @@
 
 from ._version import __version__
 from .config import Config
-from .proxy import Proxy
+from .process.proxy import Proxy
 from .stats import Stats
 
 __all__ = ["Config", "Proxy", "Stats", "__version__"]

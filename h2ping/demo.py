@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from .proxy import Proxy
+from .process.proxy import Proxy
 from .testing import ScriptedRequest, ScriptedUpstream
 
 
@@ -94,7 +94,7 @@ async def run_demo() -> int:
             f"h2ping sent {proxy.stats.pings_sent - pings_before} PINGs meanwhile "
             f"(ping-interval {proxy.config.ping_interval:g}s)"
         )
-        print(f"\nproxy counters: {proxy.stats.summary()}")
+        print(f"\nproxy counters: {proxy.summary()}")
         print(f"upstream connections opened: {len(upstream.connections)}")
     return 0
 

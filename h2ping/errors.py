@@ -7,7 +7,24 @@ has already started.
 
 from __future__ import annotations
 
-import h2.exceptions
+from .config import HostPort
+
+
+class ListenError(OSError):
+    """A listening address could not be bound; ``address`` says which one it was."""
+
+    def __init__(self, address: HostPort, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.address = address
+
+
+class BindError(ListenError):
+    """The proxy's listen address could not be bound."""
+
+
+class AdminListenError(ListenError):
+    """The admin address could not be bound (told apart from :class:`BindError`:
+    a launcher's hint about ``-listen`` would mislead)."""
 
 
 class UpstreamError(Exception):
@@ -42,43 +59,3 @@ HTTP_PROTOCOL_ERROR = "http_protocol_error"
 HTTP_RESPONSE_HEADER_SECTION_SIZE = "http_response_header_section_size"
 HTTP_RESPONSE_TRAILER_SECTION_SIZE = "http_response_trailer_section_size"
 PROXY_INTERNAL_ERROR = "proxy_internal_error"
-
-
-#: What to say about an h2 error. Its own message can quote header values (a
-#: Set-Cookie, say): never pass that on to logs or clients.
-_H2_ERROR_TEXT: dict[type[Exception], str] = {
-    h2.exceptions.InvalidBodyLengthError: "response body does not match its content-length",
-    h2.exceptions.FlowControlError: "flow-control window exceeded",
-    h2.exceptions.FrameTooLargeError: "frame larger than the advertised maximum",
-    h2.exceptions.FrameDataMissingError: "frame shorter than its fixed fields",
-    h2.exceptions.DenialOfServiceError: "header list too large to decode",
-    h2.exceptions.InvalidSettingsValueError: "invalid SETTINGS value",
-    h2.exceptions.StreamIDTooLowError: "stream id lower than one already used",
-    h2.exceptions.StreamClosedError: "frame on a closed stream",
-}
-
-#: h2 raises a bare ProtocolError for most malformed responses; the start of its
-#: message says which, and only these starts are safe to repeat.
-_H2_MESSAGE_TEXT: tuple[tuple[str, str], ...] = (
-    ("Invalid content-length", "invalid content-length"),
-    ("Conflicting content-length", "conflicting content-length headers"),
-    ("Trailers must have END_STREAM", "trailers without END_STREAM"),
-    ("Cannot set END_STREAM on informational", "informational response with END_STREAM"),
-    ("Informational response after final", "informational response after the final one"),
-    ("cannot receive data before headers", "DATA before the response headers"),
-    ("Too many continuation frames", "header block in more than 64 CONTINUATION frames"),
-    ("Invalid frame during header block", "other frame inside a header block"),
-    ("Error decoding header block", "undecodable header block (HPACK)"),
-)
-
-
-def describe_h2_error(exc: Exception) -> str:
-    """A fixed description of an error the h2 library raised, with its class name."""
-    for kind in type(exc).__mro__:
-        if kind in _H2_ERROR_TEXT:
-            return f"{_H2_ERROR_TEXT[kind]} ({type(exc).__name__})"
-    message = str(exc)
-    for start, text in _H2_MESSAGE_TEXT:
-        if message.startswith(start):
-            return f"{text} ({type(exc).__name__})"
-    return f"malformed frame or header block ({type(exc).__name__})"

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from .proxy import Proxy
+from .process.proxy import Proxy
 
 
 class _HasURL(Protocol):

@@ -46,13 +46,18 @@ _WRITELINES_SKIPS_PAUSE = any(
 )
 
 
+#: Transports known to pause their protocol from ``writelines`` on every Python.
+_PAUSING_WRITELINES = ("uvloop.",)
+
+
 def batch_writer(transport: asyncio.WriteTransport) -> Callable[[list[bytes]], None]:
     """How to hand ``transport`` a list of buffers with its flow control intact:
-    ``writelines`` (no copy), or one joined ``write`` where ``writelines`` never
-    pauses the protocol. Chosen once per connection, so the write itself costs
-    no check."""
-    method = getattr(type(transport), "writelines", None)
-    if _WRITELINES_SKIPS_PAUSE and getattr(method, "__module__", None) == "asyncio.selector_events":
+    ``writelines`` (no copy), or one joined ``write`` where ``writelines`` may
+    never pause the protocol: on the Pythons above, any transport not known to
+    pause (asyncio's own, and whatever else is not recognised, at the cost of
+    a copy). Chosen once per connection, so the write itself costs no check."""
+    module = type(transport).__module__ or ""
+    if _WRITELINES_SKIPS_PAUSE and not module.startswith(_PAUSING_WRITELINES):
         write = transport.write
         return lambda parts: write(b"".join(parts))
     return transport.writelines

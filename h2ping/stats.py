@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import copy
 import dataclasses
 from typing import Any
 
@@ -79,7 +80,9 @@ class Stats:
     replays: int = 0  # refused streams sent again
     replays_refused_for_size: int = 0  # refused, but the body had not been kept: 502
     unkept_bodies: int = 0  # bodies streamed without a replay guarantee (memory bound)
-    retry_buffer_bytes: int = 0  # request body bytes kept for replay right now
+    #: Request body bytes kept for replay: a gauge read from the retry budget when a
+    #: copy is taken (:meth:`snapshot`); the live counters leave it at 0.
+    retry_buffer_bytes: int = 0
     connections_opened: int = 0
     goaways: int = 0  # GOAWAY frames received
     retired: int = 0  # connections retired by max-conn-age
@@ -91,8 +94,83 @@ class Stats:
     responses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     ping_rtt: Histogram = dataclasses.field(default_factory=Histogram)
 
+    # What happened, one method each: the counters change only here.
+
+    def request_received(self) -> None:
+        self.requests += 1
+
+    def head_rejected(self, status: int) -> None:
+        """A request head the listener answered itself: received, rejected, answered."""
+        self.requests += 1
+        self.rejected += 1
+        self.count_response(status)
+
     def count_response(self, status: int) -> None:
+        """Response headers went to a client (or are queued for it)."""
         self.responses[f"{status // 100}xx"] += 1
+
+    def response_retracted(self, status: int) -> None:
+        """Headers counted by :meth:`count_response` never reached the client: an
+        error response stands in and is counted on its own."""
+        self.responses[f"{status // 100}xx"] -= 1
+
+    def request_completed(self) -> None:
+        self.completed += 1
+
+    def request_failed(self, status: int = 502) -> None:
+        """Answered with an error response of ours."""
+        self.failed += 1
+        self.count_response(status)
+
+    def request_aborted(self) -> None:
+        self.aborted += 1
+
+    def request_cancelled(self) -> None:
+        self.cancelled += 1
+
+    def request_rejected(self) -> None:
+        self.rejected += 1
+
+    def request_cut(self) -> None:
+        self.cut_at_shutdown += 1
+
+    def request_replayed(self) -> None:
+        self.replays += 1
+
+    def replay_refused_for_size(self) -> None:
+        self.replays_refused_for_size += 1
+
+    def body_unkept(self) -> None:
+        self.unkept_bodies += 1
+
+    def connection_opened(self) -> None:
+        self.connections_opened += 1
+
+    def connection_retired(self) -> None:
+        self.retired += 1
+
+    def goaway_received(self) -> None:
+        self.goaways += 1
+
+    def ping_sent(self) -> None:
+        self.pings_sent += 1
+
+    def ping_acked(self, rtt: float | None) -> None:
+        """An ACK arrived; ``rtt`` when it answered the PING in flight."""
+        self.ping_acks += 1
+        if rtt is not None:
+            self.last_ping_rtt = rtt
+            self.ping_rtt.observe(rtt)
+
+    def ping_timed_out(self) -> None:
+        self.ping_timeouts += 1
+
+    def snapshot(self, *, retry_buffer_bytes: int) -> Stats:
+        """A copy as of now, with the gauge read from its owner: later traffic
+        does not change it."""
+        out = copy.deepcopy(self)
+        out.retry_buffer_bytes = retry_buffer_bytes
+        return out
 
     def summary(self) -> str:
         """One line of ``name=value`` pairs for the shutdown log."""

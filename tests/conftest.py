@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import gc
 import os
 import pathlib
 import shutil
 import socket
 import ssl
+import struct
 import subprocess
+import termios
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -289,3 +293,19 @@ async def scrape_metrics(session: aiohttp.ClientSession, url: str) -> dict[tuple
             labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
             samples[(sample.name, labels)] = sample.value
     return samples
+
+
+def unacked_bytes(sock: socket.socket) -> int:
+    """Bytes in ``sock``'s send queue that the peer has not acknowledged yet
+    (Linux SIOCOUTQ): a reset sent before they are gone would destroy them."""
+    buf = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    return int(struct.unpack("i", buf)[0])
+
+
+def close_with_reset(sock: socket.socket, timeout: float = 5.0) -> None:
+    """Close ``sock`` with a TCP reset, once the peer's kernel has every byte sent."""
+    deadline = time.monotonic() + timeout
+    while unacked_bytes(sock) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()

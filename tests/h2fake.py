@@ -1,8 +1,10 @@
 """Driving an UpstreamConnection without sockets: a fake transport that records what
-the client wrote, and a fake server that builds frames with hyperframe and hpack."""
+the client wrote, a fake server that builds frames with hyperframe and hpack, and
+:class:`Harness`, one connection over both."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,6 +25,9 @@ from hyperframe.frame import (
 from h2ping.config import Config, parse_upstream
 from h2ping.errors import UpstreamError
 from h2ping.fields import Header
+from h2ping.http2.streams import StreamSlot, UpstreamStream
+from h2ping.http2.upstream import ConnState, UpstreamConnection
+from h2ping.stats import Stats
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 REQUEST: list[Header] = [
@@ -65,6 +70,9 @@ class FakeTransport:
         assert not self.is_closing(), "write after close"
         self.written += data
         self.write_sizes.append(len(data))
+
+    def writelines(self, parts: Iterable[bytes]) -> None:
+        self.write(b"".join(parts))  # one write, as the client connections' batches are
 
     def is_closing(self) -> bool:
         return self.closed or self.aborted
@@ -177,3 +185,54 @@ class RecordingSink:
 
     def on_send_ready(self) -> None:
         self.send_ready += 1
+
+
+class Harness:
+    """One connection, the bytes it wrote, and how often it told its pool."""
+
+    def __init__(self, max_streams: int = 10, window: int = 65535, **settings: object) -> None:
+        self.changes = 0
+        self.stats = Stats()
+        self.conn = UpstreamConnection(config(**settings), 1, self._changed, self.stats)
+        self.transport = FakeTransport()
+        self.server = FakeServer()
+        self.conn.connection_made(self.transport)  # type: ignore[arg-type]
+        self.handshake = self.transport.frames()
+        self.feed(
+            self.server.settings(max_concurrent_streams=max_streams, initial_window_size=window),
+            self.server.settings(ack=True),  # our windows apply from the peer's ACK on
+        )
+
+    def _changed(self, conn: UpstreamConnection) -> None:
+        self.changes += 1
+
+    def feed(self, *chunks: bytes) -> None:
+        for chunk in chunks:
+            self.conn.data_received(chunk)
+
+    async def settle(self) -> None:
+        """Let the loop turn until the connection has taken in all it was fed
+        (more than a batch takes several turns, with reading paused meanwhile)."""
+        while not self.transport.reading and self.conn.state is not ConnState.CLOSED:
+            await asyncio.sleep(0)
+
+    def slot(self) -> StreamSlot:
+        slot = self.conn.try_reserve()
+        assert slot is not None
+        return slot
+
+    def open(self, end_stream: bool = True) -> tuple[UpstreamStream, RecordingSink]:
+        sink = RecordingSink()
+        return self.slot().open(REQUEST, sink, end_stream=end_stream), sink
+
+    async def sent(self) -> list[Frame]:
+        await asyncio.sleep(0)  # writes are coalesced into one per loop turn
+        return self.transport.frames()
+
+
+def of(kind: type[Frame], frames: list[Frame]) -> list:
+    return [f for f in frames if isinstance(f, kind)]
+
+
+def data_bytes(frames: list[Frame], stream_id: int) -> int:
+    return sum(len(f.data) for f in of(DataFrame, frames) if f.stream_id == stream_id)

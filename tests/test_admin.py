@@ -13,7 +13,7 @@ from h2.errors import ErrorCodes
 from prometheus_client.parser import text_string_to_metric_families
 
 from h2ping import Proxy
-from h2ping.admin import READY_TIMEOUT
+from h2ping.process.admin import READY_TIMEOUT
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
 from .conftest import (

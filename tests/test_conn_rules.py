@@ -15,9 +15,9 @@ import aiohttp
 from h2.errors import ErrorCodes
 
 from h2ping import Proxy
-from h2ping.exchange import MAX_REPLAYS_WITH_PROGRESS
+from h2ping.forward.exchange import MAX_REPLAYS_WITH_PROGRESS
+from h2ping.http2.upstream import ConnState
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
-from h2ping.upstream import ConnState
 
 from .conftest import TLSFiles, running_proxy, scripted
 

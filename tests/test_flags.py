@@ -17,7 +17,7 @@ from h2ping.config import (
     parse_listen,
     parse_upstream,
 )
-from h2ping.flags import (
+from h2ping.process.flags import (
     FlagError,
     HelpRequested,
     SettingError,

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from h2ping.listener import ClientConnection, ListenerLimits, OutputFlusher
+from h2ping.http1.listener import ClientConnection, ListenerLimits, OutputFlusher
 from h2ping.stats import Stats
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from h2ping.frames import (
+from h2ping.http2.frames import (
     CONTROL_BURST,
     CONTROL_PER_SECOND,
     GOAWAY,
@@ -82,7 +82,12 @@ def test_a_control_frame_flood_is_refused(frame: bytes) -> None:
 @pytest.mark.parametrize("frame", [PING_ACK, DATA, FakeServer.settings(ack=True)])
 def test_acks_and_data_with_payload_are_not_counted(frame: bytes) -> None:
     splitter = FrameSplitter(clock=Clock())
-    splitter.split(frame * (CONTROL_BURST * 2))
+    many = frame * (CONTROL_BURST * 2)
+    assert splitter.split(many) == [(RUN, many)]
+    # The allowance is still whole: a full burst of counted frames passes, one more does not.
+    splitter.split(PING * CONTROL_BURST)
+    with pytest.raises(FloodError):
+        splitter.split(PING)
 
 
 def test_the_allowance_refills_with_time_up_to_the_burst() -> None:

@@ -22,29 +22,37 @@ each reduced to a minimal case and kept as a regression test.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import logging
 import os
 import re
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
-import hpack
 import httptools
 import pytest
-import uvloop
 from h2.errors import ErrorCodes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from h2ping import Proxy
 from h2ping.testing import IdleCutRelay, RawPeer, RawUpstream, ScriptedRequest, ScriptedUpstream
+
+from .fuzz_harness import (
+    ANSWER_WITHIN,
+    HEADER_TIMEOUT,
+    LOOP_KINDS,
+    Conversation,
+    H1Harness,
+    Response,
+    converse,
+    parse_responses,
+)
+from .fuzz_upstream import _RST, FramePlan, H2Harness, frame
 
 LONG_RUN = int(os.environ.get("FUZZ_EXAMPLES", "0"))
 
@@ -60,395 +68,9 @@ def fuzz_settings(ci_examples: int) -> Callable[[Any], Any]:
     )
 
 
-#: h2ping's request-head timeout in the harness: a partial head gets its 408 soon.
-HEADER_TIMEOUT = 0.25
-#: How long a client waits for an answer (or a close) before calling it hung.
-ANSWER_WITHIN = HEADER_TIMEOUT + 2.0
-#: How long resources may take to return to their starting values.
-SETTLE_WITHIN = 3.0
 #: Open bugs the fuzzers step around until they are fixed; each has its strict
 #: xfail test at the end. Remove an entry together with that test's xfail marker.
 KNOWN_BUGS: set[str] = set()
-
-
-# ----------------------------------------------------------------- one loop, many examples
-
-
-class Harness:
-    """An event loop kept across examples, recording whatever goes wrong on it."""
-
-    def __init__(self, loop_kind: str) -> None:
-        factory = uvloop.new_event_loop if loop_kind == "uvloop" else asyncio.new_event_loop
-        self.loop = factory()
-        self.loop_errors: list[str] = []
-        self.loop.set_exception_handler(self._on_loop_error)
-        self.log_errors = _ErrorLog()
-        logging.getLogger("h2ping").addHandler(self.log_errors)
-        self.baseline_tasks: set[asyncio.Task[Any]] = set()
-
-    def _on_loop_error(self, _: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        detail = [str(context.get("message"))]
-        detail += [f"{k}={context[k]!r}" for k in ("exception", "protocol", "task") if k in context]
-        self.loop_errors.append(" ".join(detail))
-
-    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 30.0) -> Any:
-        async def bounded() -> Any:
-            async with asyncio.timeout(timeout):
-                return await coro
-
-        return self.loop.run_until_complete(bounded())
-
-    def snapshot_tasks(self) -> None:
-        """Call from inside ``run`` once the servers are up."""
-        self.baseline_tasks = self._other_tasks()
-
-    def _other_tasks(self) -> set[asyncio.Task[Any]]:
-        return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
-
-    async def settle(
-        self, leftovers: Callable[[], dict[str, object]], *, tasks_too: bool = True
-    ) -> None:
-        """Wait until nothing is left over; fail with what is, if it stays."""
-        deadline = self.loop.time() + SETTLE_WITHIN
-        while True:
-            left = {name: n for name, n in leftovers().items() if n}
-            tasks = self._other_tasks() - self.baseline_tasks if tasks_too else set()
-            if tasks:
-                left["tasks"] = sorted(repr(t.get_coro()) for t in tasks)
-            if not left:
-                return
-            if self.loop.time() > deadline:
-                raise AssertionError(f"left behind after the example: {left}")
-            await asyncio.sleep(0.01)
-
-    def check_quiet(self) -> None:
-        """Nothing reached the loop's exception handler, h2ping logged no ERROR."""
-        errors, self.loop_errors = self.loop_errors, []
-        logged, self.log_errors.records = self.log_errors.records, []
-        assert not errors, errors
-        assert not logged, logged
-
-    def close(self) -> None:
-        logging.getLogger("h2ping").removeHandler(self.log_errors)
-        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        self.loop.close()
-
-
-class _ErrorLog(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(f"{record.name}: {record.getMessage()}")
-
-
-LOOP_KINDS = ["uvloop", "asyncio"]
-
-
-# ----------------------------------------------------------------- HTTP/1.1 on the wire
-
-
-@dataclass
-class Response:
-    status: int
-    fields: list[tuple[bytes, bytes]]
-    body: bytes
-
-    def field(self, name: bytes) -> bytes | None:
-        return next((v for n, v in self.fields if n == name), None)
-
-
-_STATUS_LINE = re.compile(rb"HTTP/1\.1 ([1-5][0-9][0-9]) [^\r\n]*")
-_FIELD_LINE = re.compile(rb"([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*([^\r\n]*?)[ \t]*")
-_CHUNK_SIZE = re.compile(rb"([0-9a-fA-F]+)(;[^\r\n]*)?")
-
-
-def parse_responses(
-    data: bytes, no_body: Callable[[int, int], bool], eof: bool
-) -> tuple[list[Response], bytes]:
-    """The whole responses at the start of ``data``, and what follows them.
-
-    Fails (AssertionError) on anything that is not HTTP/1.1. ``no_body(i, status)``
-    says whether final response ``i`` answers a HEAD request.
-    """
-    responses: list[Response] = []
-    pos, finals = 0, 0
-    while pos < len(data):
-        head_end = data.find(b"\r\n\r\n", pos)
-        if head_end < 0:
-            partial = data[pos : pos + 9]
-            assert b"HTTP/1.1 "[: len(partial)] == partial, f"not a status line: {data[pos:]!r}"
-            break
-        status_line, *lines = data[pos:head_end].split(b"\r\n")
-        match = _STATUS_LINE.fullmatch(status_line)
-        assert match, f"invalid status line {status_line!r}"
-        status = int(match[1])
-        fields = []
-        for line in lines:
-            field_match = _FIELD_LINE.fullmatch(line)
-            assert field_match, f"invalid field line {line!r}"
-            fields.append((field_match[1].lower(), field_match[2]))
-        body_start = head_end + 4
-        codings = [v for n, v in fields if n == b"transfer-encoding"]
-        lengths = [v for n, v in fields if n == b"content-length"]
-        assert not (codings and lengths), f"both Content-Length and Transfer-Encoding: {fields}"
-        if status < 200 or status in (204, 304) or no_body(finals, status):
-            body, end = b"", body_start
-        elif codings:
-            assert codings == [b"chunked"], codings
-            parsed = _parse_chunked(data, body_start)
-            if parsed is None:
-                break
-            body, end = parsed
-        elif lengths:
-            assert len(lengths) == 1 and lengths[0].isdigit(), lengths
-            end = body_start + int(lengths[0])
-            if end > len(data):
-                break
-            body = data[body_start:end]
-        elif eof:  # delimited by the close
-            body, end = data[body_start:], len(data)
-        else:
-            break
-        responses.append(Response(status, fields, body))
-        finals += status >= 200
-        pos = end
-    return responses, data[pos:]
-
-
-def _parse_chunked(data: bytes, pos: int) -> tuple[bytes, int] | None:
-    body = bytearray()
-    while True:
-        line_end = data.find(b"\r\n", pos)
-        if line_end < 0:
-            return None
-        match = _CHUNK_SIZE.fullmatch(data[pos:line_end])
-        assert match, f"invalid chunk size line {data[pos:line_end]!r}"
-        size = int(match[1], 16)
-        pos = line_end + 2
-        if size == 0:
-            if len(data) < pos + 2:
-                return None
-            assert data[pos : pos + 2] == b"\r\n", f"trailer fields: {data[pos:]!r}"
-            return bytes(body), pos + 2
-        if len(data) < pos + size + 2:
-            return None
-        assert data[pos + size : pos + size + 2] == b"\r\n", "chunk without its CRLF"
-        body += data[pos : pos + size]
-        pos += size + 2
-
-
-@dataclass
-class Conversation:
-    responses: list[Response]
-    rest: bytes  # bytes after the last whole response
-    eof: bool  # the proxy closed (FIN or RST)
-    reset: bool  # ... with a RST (or our own write failed on the closed socket)
-    timed_out: bool
-
-    @property
-    def finals(self) -> list[Response]:
-        return [r for r in self.responses if r.status >= 200]
-
-
-async def converse(
-    port: int,
-    pieces: list[bytes],
-    done: Callable[[list[Response]], bool],
-    no_body: Callable[[int, int], bool] = lambda i, s: False,
-    within: float = ANSWER_WITHIN,
-) -> Conversation:
-    """Send ``pieces`` (one write each) while reading, until ``done`` holds, the
-    proxy closes, or ``within`` seconds pass."""
-    loop = asyncio.get_running_loop()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-
-    async def send() -> None:
-        with contextlib.suppress(ConnectionError):
-            for piece in pieces:
-                writer.write(piece)
-                await writer.drain()
-                await asyncio.sleep(0.001)  # let the proxy read each piece on its own
-
-    sender = asyncio.create_task(send())
-    received, eof, reset, timed_out = b"", False, False, False
-    deadline = loop.time() + within
-    try:
-        while not done(parse_responses(received, no_body, eof=False)[0]):
-            try:
-                async with asyncio.timeout(deadline - loop.time()):
-                    chunk = await reader.read(65536)
-            except TimeoutError:
-                timed_out = True
-                break
-            except ConnectionError:  # reset, or a write of ours met the close (EPIPE)
-                eof = reset = True
-                break
-            if not chunk:
-                eof = True
-                break
-            received += chunk
-    finally:
-        sender.cancel()
-        await asyncio.gather(sender, return_exceptions=True)
-        writer.transport.abort()
-    responses, rest = parse_responses(received, no_body, eof=eof)
-    return Conversation(responses, rest, eof, reset, timed_out)
-
-
-# ----------------------------------------------------------------- the HTTP/1.1 harness
-
-
-class EchoServer:
-    """A small h2c server that answers each request with itself: body, method,
-    path and every field, byte for byte (hex in ``x-echo-fields``). It counts the
-    requests it saw and answered, which the 502 rule needs, and has no task per
-    request, so a leaked task is h2ping's."""
-
-    def __init__(self) -> None:
-        self.seen = 0  # requests whose head arrived
-        self.answered = 0
-        self.connections: set[EchoConnection] = set()
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def open_streams(self) -> int:
-        return sum(len(c.requests) + len(c.unsent) for c in self.connections)
-
-    async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: EchoConnection(self), "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            for conn in list(self.connections):
-                conn.transport.abort()
-            await self._server.wait_closed()
-
-
-class EchoConnection(asyncio.Protocol):
-    def __init__(self, server: EchoServer) -> None:
-        self.server = server
-        self.requests: dict[int, tuple[list[tuple[bytes, bytes]], bytearray]] = {}
-        self.unsent: dict[int, memoryview] = {}  # response bodies waiting on windows
-        config = h2.config.H2Configuration(client_side=False, header_encoding=None)
-        self.h2 = h2.connection.H2Connection(config)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        self.server.connections.add(self)
-        self.h2.initiate_connection()
-        self.transport.write(self.h2.data_to_send())
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.server.connections.discard(self)
-        self.requests.clear()
-        self.unsent.clear()
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError:
-            # h2's checks of the request refused it: the upstream never saw it.
-            self.transport.write(self.h2.data_to_send())
-            self.transport.close()
-            return
-        for event in events:
-            # A stream h2ping reset in the same read as its last frame is closed
-            # in h2 by now: nothing to answer, nothing to send.
-            with contextlib.suppress(h2.exceptions.StreamClosedError):
-                self._on_event(event)
-        self.transport.write(self.h2.data_to_send())
-
-    def _on_event(self, event: h2.events.Event) -> None:
-        if isinstance(event, h2.events.RequestReceived):
-            self.server.seen += 1
-            self.requests[event.stream_id] = (list(event.headers), bytearray())
-        elif isinstance(event, h2.events.DataReceived):
-            if event.stream_id in self.requests:
-                self.requests[event.stream_id][1].extend(event.data)
-            self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-        elif isinstance(event, h2.events.StreamEnded) and event.stream_id in self.requests:
-            self._respond(*self.requests.pop(event.stream_id), event.stream_id)
-        elif isinstance(event, h2.events.StreamReset):
-            self.requests.pop(event.stream_id, None)
-            self.unsent.pop(event.stream_id, None)
-        elif isinstance(event, h2.events.WindowUpdated):
-            for stream_id in list(self.unsent):
-                self._send_body(stream_id)
-
-    def _respond(self, fields: list[tuple[bytes, bytes]], body: bytearray, stream_id: int) -> None:
-        pseudo = {name: value for name, value in fields if name.startswith(b":")}
-        others = b"\n".join(name + b":" + value for name, value in fields if name[:1] != b":")
-        head = pseudo[b":method"] == b"HEAD"
-        headers = [
-            (b":status", b"200"),
-            (b"x-echo-method", pseudo[b":method"]),
-            (b"x-echo-path", pseudo[b":path"]),
-            (b"x-echo-fields", others.hex().encode()),
-            (b"content-length", b"%d" % len(body)),
-        ]
-        self.h2.send_headers(stream_id, headers, end_stream=head or not body)
-        self.server.answered += 1
-        if body and not head:
-            self.unsent[stream_id] = memoryview(bytes(body))
-            self._send_body(stream_id)
-
-    def _send_body(self, stream_id: int) -> None:
-        rest = self.unsent.pop(stream_id)
-        while rest:
-            size = min(
-                len(rest),
-                self.h2.local_flow_control_window(stream_id),
-                self.h2.max_outbound_frame_size,
-            )
-            if size <= 0:
-                self.unsent[stream_id] = rest  # the rest when the window opens
-                return
-            self.h2.send_data(stream_id, rest[:size].tobytes(), end_stream=size == len(rest))
-            rest = rest[size:]
-
-
-class H1Harness(Harness):
-    def __init__(self, loop_kind: str) -> None:
-        super().__init__(loop_kind)
-        self.run(self._start())
-
-    async def _start(self) -> None:
-        self.upstream = EchoServer()
-        await self.upstream.start()
-        self.proxy = Proxy(
-            upstream=self.upstream.url,
-            listen="127.0.0.1:0",
-            header_timeout=HEADER_TIMEOUT,
-            shutdown_grace=0.0,
-        )
-        await self.proxy.start()
-        self.snapshot_tasks()
-
-    def leftovers(self) -> dict[str, object]:
-        proxy, pool = self.proxy, self.proxy.pool
-        assert pool is not None
-        return {
-            "exchanges": len(proxy.exchanges),
-            "client connections": len(proxy.clients),
-            "kept body bytes": proxy.stats.retry_buffer_bytes + proxy.retry_budget.used,
-            "pool streams": sum(len(c.streams) + c.reserved for c in pool.connections),
-            "upstream open streams": self.upstream.open_streams,
-        }
-
-    def close(self) -> None:
-        self.run(self.proxy.stop(grace=0))
-        self.run(self.upstream.stop())
-        super().close()
 
 
 @pytest.fixture(scope="module", params=LOOP_KINDS)
@@ -804,20 +426,6 @@ def test_mutated_requests_get_an_answer_or_a_close(
 
 # ----------------------------------------------------------------- HTTP/2 frames from upstream
 
-_DATA, _HEADERS, _PRIORITY, _RST, _SETTINGS, _PUSH, _PING, _GOAWAY, _WINDOW, _CONT = range(10)
-_END_STREAM, _ACK, _END_HEADERS, _PADDED = 0x1, 0x1, 0x4, 0x8
-
-
-def frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
-    """A raw frame, whatever it says: hyperframe refuses to build invalid ones."""
-    return (
-        len(payload).to_bytes(3, "big")
-        + bytes([kind, flags])
-        + stream_id.to_bytes(4, "big")
-        + payload
-    )
-
-
 STREAMS = ["ours", "ours", "ours", "ours", "zero", "idle", "even", "max"]
 STATUSES = ["200", "200", "204", "304", "404", "503", "100", "103", "101", "abc", "20", "2000", ""]
 #: Mostly well-formed response fields, so that streams get far enough to fail later.
@@ -933,23 +541,6 @@ frame_steps = benign_steps | benign_steps | hostile_steps
 ENDINGS = ["answer", "answer", "reset", "goaway", "close", "abort", "silent", "garbage"]
 
 
-@dataclass
-class FramePlan:
-    settings: dict[int, int]  # our first SETTINGS frame
-    body: int  # the client's request body size (0: a GET)
-    steps: list[tuple[Any, ...]]
-    ending: str
-    garbage: bytes
-
-    def statuses(self) -> set[int]:
-        """Final statuses the plan's HEADERS frames could pass to the client."""
-        return {
-            int(step[2])
-            for step in self.steps
-            if step[0] == "headers" and step[2] and step[2].isdigit() and len(step[2]) == 3
-        }
-
-
 frame_plans = st.builds(
     FramePlan,
     settings=st.one_of(st.just({}), valid_settings, valid_settings, settings_maps),
@@ -958,197 +549,6 @@ frame_plans = st.builds(
     ending=st.sampled_from(ENDINGS),
     garbage=st.binary(min_size=1, max_size=48),
 )
-
-
-class FrameScripts:
-    """The raw upstream's behaviour: the first connection of an example follows
-    the example's plan; every other connection, and that one once its plan is
-    played, answers each request with ``200 ok`` and acknowledges PINGs."""
-
-    def __init__(self) -> None:
-        self.plan: FramePlan | None = None
-        self.running = 0
-        self.settled = asyncio.Event()  # the planned connection plays well, or is gone
-        self.errors: list[str] = []
-
-    def next_example(self, plan: FramePlan) -> None:
-        self.plan = plan
-        self.settled = asyncio.Event()
-
-    async def __call__(self, peer: RawPeer) -> None:
-        plan, self.plan = self.plan, None
-        settled = self.settled if plan is not None else None
-        self.running += 1
-        try:
-            await self._play(peer, plan, settled)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        except Exception as exc:  # a bug of this script, not of h2ping
-            self.errors.append(repr(exc))
-        finally:
-            self.running -= 1
-            if settled is not None:
-                settled.set()
-
-    async def _play(
-        self, peer: RawPeer, plan: FramePlan | None, settled: asyncio.Event | None
-    ) -> None:
-        await peer.handshake(plan.settings if plan else {3: 100})
-        if plan is not None and 1 in plan.settings:  # our HEADER_TABLE_SIZE
-            peer.decoder.max_allowed_table_size = plan.settings[1]
-        stream_id, _ = await peer.read_request()
-        if plan is None:
-            await self._answer(peer, stream_id)
-            await self._serve(peer)
-            return
-        for step in plan.steps:
-            if step[0] == "pause":
-                await peer.drain()
-                await asyncio.sleep(0.005)
-            else:
-                peer.send(self._render(peer, step, stream_id))
-        ending = plan.ending
-        if ending in ("answer", "reset"):
-            if ending == "answer":
-                await self._answer(peer, stream_id)
-            else:
-                peer.send(
-                    frame(_RST, 0, stream_id, int(ErrorCodes.INTERNAL_ERROR).to_bytes(4, "big"))
-                )
-            assert settled is not None
-            settled.set()
-            await self._serve(peer)
-        elif ending == "goaway":
-            last = max(stream_id - 2, 0).to_bytes(4, "big")
-            peer.send(frame(_GOAWAY, 0, 0, last + b"\x00\x00\x00\x02"))
-        elif ending == "abort":
-            peer.writer.transport.abort()
-        elif ending == "silent":  # a vanished peer: read, never answer, not even PINGs
-            while await peer.reader.read(65536):
-                pass
-        elif ending == "garbage":
-            peer.send(plan.garbage)
-        # "close", "goaway", "garbage": RawUpstream closes the socket when we return.
-
-    @staticmethod
-    async def _answer(peer: RawPeer, stream_id: int) -> None:
-        peer.send(peer.headers_frame(stream_id, [(":status", "200"), ("content-length", "2")]))
-        peer.send(frame(_DATA, _END_STREAM, stream_id, b"ok"))
-        await peer.drain()
-
-    async def _serve(self, peer: RawPeer) -> None:
-        """Behave: answer requests, acknowledge PINGs and SETTINGS."""
-        while True:
-            header = await peer.reader.readexactly(9)
-            length = int.from_bytes(header[:3], "big")
-            kind, flags = header[3], header[4]
-            stream_id = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
-            payload = await peer.reader.readexactly(length)
-            if kind == _HEADERS:
-                try:
-                    peer.decoder.decode(_header_block(flags, payload))
-                except hpack.HPACKError:
-                    return  # we lost track of the proxy's header table: hang up
-                await self._answer(peer, stream_id)
-            elif kind == _PING and not flags & _ACK:
-                peer.send(frame(_PING, _ACK, 0, payload))
-            elif kind == _SETTINGS and not flags & _ACK:
-                peer.send(frame(_SETTINGS, _ACK, 0, b""))
-
-    @staticmethod
-    def _render(peer: RawPeer, step: tuple[Any, ...], ours: int) -> bytes:
-        kind, *args = step
-
-        def sid(ref: str) -> int:
-            return {"ours": ours, "zero": 0, "idle": ours + 2, "even": ours + 1}.get(ref, 2**31 - 1)
-
-        if kind == "headers":
-            ref, status, extra, end_stream, end_headers = args
-            fields = ([(":status", status)] if status is not None else []) + list(extra)
-            block = peer.encoder.encode(fields)
-            flags = (_END_STREAM if end_stream else 0) | (_END_HEADERS if end_headers else 0)
-            return frame(_HEADERS, flags, sid(ref), block)
-        if kind == "data":
-            ref, size, end_stream, pad = args
-            flags = _END_STREAM if end_stream else 0
-            payload = b"d" * size
-            if pad is not None:
-                flags |= _PADDED
-                payload = bytes([pad]) + payload + b"\x00" * pad
-            return frame(_DATA, flags, sid(ref), payload)
-        if kind == "rst":
-            return frame(_RST, 0, sid(args[0]), args[1].to_bytes(4, "big"))
-        if kind == "window":
-            return frame(_WINDOW, 0, sid(args[0]), args[1].to_bytes(4, "big"))
-        if kind == "settings":
-            values, ack = args
-            payload = b"".join(
-                k.to_bytes(2, "big") + v.to_bytes(4, "big") for k, v in values.items()
-            )
-            if 1 in values:
-                peer.decoder.max_allowed_table_size = max(
-                    peer.decoder.max_allowed_table_size, values[1]
-                )
-            return frame(_SETTINGS, _ACK if ack else 0, 0, payload)
-        if kind == "ping":
-            count, ack, length = args
-            return frame(_PING, _ACK if ack else 0, 0, b"p" * length) * count
-        if kind == "goaway":
-            ref, code, debug = args
-            last = {"ours": ours, "below": max(ours - 2, 0), "zero": 0}.get(ref, 2**31 - 1)
-            return frame(_GOAWAY, 0, 0, last.to_bytes(4, "big") + code.to_bytes(4, "big") + debug)
-        if kind == "push":
-            block = peer.encoder.encode([(":method", "GET"), (":path", "/pushed")])
-            return frame(_PUSH, _END_HEADERS, sid(args[0]), (ours + 1).to_bytes(4, "big") + block)
-        if kind == "priority":
-            return frame(_PRIORITY, 0, sid(args[0]), args[1].to_bytes(4, "big") + b"\x10")
-        if kind == "continuation":
-            return frame(_CONT, _END_HEADERS, sid(args[0]), peer.encoder.encode([("x-c", "1")]))
-        return frame(args[0], 0, 0, args[1])  # an unknown frame type: to be ignored
-
-
-def _header_block(flags: int, payload: bytes) -> bytes:
-    """The header block of a HEADERS frame: without its padding and priority fields."""
-    start = (1 + payload[0] if flags & _PADDED else 0) + (5 if flags & 0x20 else 0)
-    end = len(payload) - (payload[0] if flags & _PADDED else 0)
-    return payload[start:end]
-
-
-class H2Harness(Harness):
-    def __init__(self, loop_kind: str) -> None:
-        super().__init__(loop_kind)
-        self.run(self._start())
-
-    async def _start(self) -> None:
-        self.scripts = FrameScripts()
-        self.upstream = RawUpstream(self.scripts)
-        await self.upstream.start()
-        self.proxy = Proxy(
-            upstream=self.upstream.url,
-            listen="127.0.0.1:0",
-            ping_interval=0.2,
-            ping_timeout=0.3,
-            connect_timeout=2.0,
-            shutdown_grace=0.0,
-        )
-        await self.proxy.start()
-        self.snapshot_tasks()
-
-    def leftovers(self) -> dict[str, object]:
-        proxy = self.proxy
-        assert proxy.pool is not None
-        return {
-            "exchanges": len(proxy.exchanges),
-            "client connections": len(proxy.clients),
-            "kept body bytes": proxy.stats.retry_buffer_bytes + proxy.retry_budget.used,
-            "pool connections": len(proxy.pool.connections),
-            "upstream scripts": self.scripts.running,
-        }
-
-    def close(self) -> None:
-        self.run(self.proxy.stop(grace=0))
-        self.run(self.upstream.stop())
-        super().close()
 
 
 @pytest.fixture(scope="module", params=LOOP_KINDS)

@@ -20,12 +20,12 @@ from hyperframe.frame import DataFrame
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from h2ping import upstream
-from h2ping.frames import FrameSplitter
-from h2ping.upstream import ConnState, UpstreamStream
+from h2ping.http2 import upstream
+from h2ping.http2.frames import FrameSplitter
+from h2ping.http2.streams import UpstreamStream
+from h2ping.http2.upstream import ConnState
 
-from .h2fake import REQUEST, FakeServer, RecordingSink
-from .test_upstream_unit import Harness
+from .h2fake import REQUEST, FakeServer, Harness, RecordingSink
 
 SMALL_STREAM_WINDOW = 4096
 SMALL_CONNECTION_WINDOW = 80_000  # h2 cannot go below 65,535 here

@@ -241,7 +241,7 @@ def test_reason_phrases_are_the_standard_ones() -> None:
     for every other status; a status without a name has an empty phrase."""
     import http
 
-    from h2ping.http1 import _REASONS, reason_phrase
+    from h2ping.http1.messages import _REASONS, reason_phrase
 
     for status, phrase in _REASONS.items():
         assert phrase == http.HTTPStatus(status).phrase.encode(), status

@@ -14,12 +14,13 @@ import aiohttp
 import pytest
 from hyperframe.frame import DataFrame
 
-from h2ping.frames import MAX_FRAME_SIZE
+from h2ping.http2.frames import MAX_FRAME_SIZE
+from h2ping.http2.inbound import INBOUND_BATCH
+from h2ping.http2.upstream import ConnState
 from h2ping.testing import ScriptedRequest
-from h2ping.upstream import INBOUND_BATCH, ConnState
 
 from .conftest import TLSFiles, running_proxy, scripted
-from .test_upstream_unit import Harness
+from .h2fake import Harness
 
 FRAMES = 64  # of MAX_FRAME_SIZE bytes each: 1 MiB, sixteen batches
 TURN = INBOUND_BATCH + MAX_FRAME_SIZE + 9  # at most one frame past the batch

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from h2ping.http1 import Request, ResponseWriter
-from h2ping.listener import ClientConnection, ListenerLimits, RequestHandler
+from h2ping.http1.listener import ClientConnection, ListenerLimits, RequestHandler
+from h2ping.http1.messages import Request, ResponseWriter
 from h2ping.stats import Stats
 
 from .conftest import TLSFiles, running_proxy, send_raw

@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from h2.errors import ErrorCodes
 
-from h2ping import cli
 from h2ping.logs import JsonFormatter, plural, text_formatter
+from h2ping.process import cli
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
 from .conftest import free_port, running_proxy, wait_for_port

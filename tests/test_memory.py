@@ -15,7 +15,7 @@ from collections.abc import Callable
 import aiohttp
 import pytest
 
-from h2ping.heap import CHECK_INTERVAL, HeapTrimmer, anon_resident_bytes
+from h2ping.process.heap import CHECK_INTERVAL, HeapTrimmer, anon_resident_bytes
 from h2ping.testing import ScriptedRequest
 
 from .conftest import TLSFiles, free_port, running_proxy, scripted, wait_for_port
@@ -23,7 +23,12 @@ from .conftest import TLSFiles, free_port, running_proxy, scripted, wait_for_por
 #: Modules for flags, paths and formats a plain proxy does not use: -admin-listen,
 #: -workers, -log-format json, and the http enum of status names.
 RARE_PATH_MODULES = {
-    *("h2ping.admin", "h2ping.metrics", "h2ping.siblings", "h2ping.workers"),
+    *(
+        "h2ping.process.admin",
+        "h2ping.process.metrics",
+        "h2ping.process.siblings",
+        "h2ping.process.workers",
+    ),
     *("json", "datetime", "http"),
 }
 MIB = 1024 * 1024
@@ -64,7 +69,7 @@ async def test_serving_loads_no_module_of_a_rare_path(tls: TLSFiles) -> None:
         for line in err.decode().splitlines()
         if line.startswith("import time:")
     }
-    assert "h2ping.proxy" in imported  # the output is what it should be
+    assert "h2ping.process.proxy" in imported  # the output is what it should be
     assert not imported & RARE_PATH_MODULES, sorted(imported & RARE_PATH_MODULES)
 
 

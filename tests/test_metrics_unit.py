@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from h2ping.lag import LAG_BUCKETS
-from h2ping.metrics import Snapshot
+from h2ping.process.lag import LAG_BUCKETS
+from h2ping.process.metrics import Snapshot
 from h2ping.stats import Histogram, Stats
 
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from h2ping.errors import UpstreamError
-from h2ping.pool import Pool
+from h2ping.forward.pool import Pool
+from h2ping.http2.upstream import ConnState, UpstreamConnection
 from h2ping.stats import Stats
-from h2ping.upstream import ConnState, UpstreamConnection
 
 from .h2fake import REQUEST, FakeServer, FakeTransport, RecordingSink, config
 
@@ -97,7 +97,7 @@ class FakeDialer:
         self.conns: list[FakeConn] = []
         self.attempts = 0
         self.gate: asyncio.Event | None = None
-        self.fail_with: UpstreamError | None = None
+        self.fail_with: Exception | None = None
 
     async def __call__(
         self,
@@ -225,6 +225,22 @@ async def test_a_failed_dial_fails_every_waiter_and_the_next_request_dials_again
     dialer.fail_with = None
     slot = await pool.acquire()
     assert slot.conn.id == 2 and dialer.attempts == 2
+    pool.close()
+
+
+async def test_a_dial_that_breaks_fails_the_waiters_instead_of_hanging_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dialer = FakeDialer()
+    dialer.fail_with = AttributeError("a bug in dialling")
+    pool = make_pool(dialer)
+    waiters = [asyncio.create_task(pool.acquire()) for _ in range(2)]
+    results = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 2)
+    assert all(isinstance(r, UpstreamError) and r.error == "proxy_internal_error" for r in results)
+    assert "internal error" in caplog.text
+    dialer.fail_with = None
+    slot = await pool.acquire()  # the next request dials again
+    assert slot.conn.id == 2
     pool.close()
 
 

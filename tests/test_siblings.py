@@ -13,9 +13,9 @@ import time
 import aiohttp
 
 from h2ping import Proxy
-from h2ping.admin import METRICS_TIMEOUT, READY_TIMEOUT
-from h2ping.metrics import Snapshot
-from h2ping.siblings import Links
+from h2ping.process.admin import METRICS_TIMEOUT, READY_TIMEOUT
+from h2ping.process.metrics import Snapshot
+from h2ping.process.siblings import Links
 from h2ping.stats import Stats
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 

@@ -24,7 +24,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from h2ping import Proxy, __version__, cli
+from h2ping import Proxy, __version__
+from h2ping.process import cli
 
 from .conftest import (
     TLSFiles,

@@ -6,10 +6,10 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import RstStreamFrame
 
 from h2ping import errors
-from h2ping.h2conn import DECODE_HEADROOM, header_list_size
-from h2ping.upstream import ConnState
+from h2ping.http2.h2conn import DECODE_HEADROOM, header_list_size
+from h2ping.http2.upstream import ConnState
 
-from .test_upstream_unit import Harness, of
+from .h2fake import Harness, of
 
 LIMIT = 64 * 1024
 

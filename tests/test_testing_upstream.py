@@ -16,7 +16,7 @@ from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 from hyperframe.frame import GoAwayFrame
 
-from h2ping.frames import FrameSplitter
+from h2ping.http2.frames import FrameSplitter
 from h2ping.testing import ScriptedRequest, ScriptedUpstream, echo_handler
 
 
@@ -358,10 +358,15 @@ async def test_held_ping_ack_is_sent_on_release() -> None:
 
 
 async def test_ping_acks_are_automatic_by_default() -> None:
-    async with serving(ScriptedUpstream()) as client:
+    server = ScriptedUpstream()
+    async with serving(server) as client:
         client.conn.ping(b"12345678")
         client.flush()
         await client.wait(lambda: bool(client.of(h2.events.PingAckReceived)))
+        (ack,) = client.of(h2.events.PingAckReceived)
+        assert ack.ping_data == b"12345678"
+        connection = server.connections[0]
+        assert (connection.pings_received, connection.held_ping_acks) == (1, 0)
 
 
 async def test_auto_ping_ack_false_holds_from_the_start() -> None:
@@ -372,8 +377,14 @@ async def test_auto_ping_ack_false_holds_from_the_start() -> None:
         await server.wait_for(
             lambda: bool(server.connections) and server.connections[0].held_ping_acks == 1
         )
+        # Held, not late: a request's whole round trip after it, still no ACK.
+        assert (await client.request("/", b"echo"))[2] == b"echo"
+        assert not client.of(h2.events.PingAckReceived)
         server.connections[0].hold_ping_acks = False  # releases what was held
         await client.wait(lambda: bool(client.of(h2.events.PingAckReceived)))
+        (ack,) = client.of(h2.events.PingAckReceived)
+        assert ack.ping_data == b"12345678"
+        assert server.connections[0].held_ping_acks == 0
 
 
 async def test_stop_cancels_handlers_and_leaves_no_tasks() -> None:

@@ -14,7 +14,7 @@ import pytest
 import trustme
 
 from h2ping import Proxy
-from h2ping.dial import CAFileError, describe_tls_error
+from h2ping.http2.dial import CAFileError, describe_tls_error
 from h2ping.testing import ScriptedUpstream
 
 from .conftest import TLSFiles, running_proxy
@@ -51,6 +51,21 @@ async def test_https_against_a_plain_http_port(session: aiohttp.ClientSession) -
         server.close()
     assert "error=tls_protocol_error" in status
     assert f"127.0.0.1:{port} did not answer TLS: is it plain HTTP? (WRONG_VERSION_NUMBER)" in body
+
+
+async def test_a_close_during_the_handshake(session: aiohttp.ClientSession) -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1024)  # the ClientHello
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        status, body = await failure(session, f"https://127.0.0.1:{port}")
+    finally:
+        server.close()
+    assert "error=tls_protocol_error" in status
+    assert f"127.0.0.1:{port} closed the connection during the TLS handshake" in body
 
 
 async def test_a_certificate_from_an_unknown_ca(

@@ -8,7 +8,6 @@ import pytest
 from h2.errors import ErrorCodes
 from hyperframe.frame import (
     DataFrame,
-    Frame,
     GoAwayFrame,
     HeadersFrame,
     RstStreamFrame,
@@ -17,71 +16,21 @@ from hyperframe.frame import (
 )
 
 from h2ping import errors
+from h2ping.http2.outbound import PUMP_BATCH
+from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState
+from h2ping.http2.upstream import CONNECTION_WINDOW, STREAM_WINDOW, ConnState, UpstreamConnection
 from h2ping.stats import Stats
-from h2ping.upstream import (
-    CONNECTION_WINDOW,
-    PUMP_BATCH,
-    SEND_LOW_WATER,
-    STREAM_WINDOW,
-    ConnState,
-    SlotLost,
-    StreamSlot,
-    UpstreamConnection,
-    UpstreamStream,
+
+from .h2fake import (
+    REQUEST,
+    FakeServer,
+    FakeTransport,
+    Harness,
+    RecordingSink,
+    config,
+    data_bytes,
+    of,
 )
-
-from .h2fake import REQUEST, FakeServer, FakeTransport, RecordingSink, config
-
-
-class Harness:
-    """One connection, the bytes it wrote, and how often it told its pool."""
-
-    def __init__(self, max_streams: int = 10, window: int = 65535, **settings: object) -> None:
-        self.changes = 0
-        self.stats = Stats()
-        self.conn = UpstreamConnection(config(**settings), 1, self._changed, self.stats)
-        self.transport = FakeTransport()
-        self.server = FakeServer()
-        self.conn.connection_made(self.transport)  # type: ignore[arg-type]
-        self.handshake = self.transport.frames()
-        self.feed(
-            self.server.settings(max_concurrent_streams=max_streams, initial_window_size=window),
-            self.server.settings(ack=True),  # our windows apply from the peer's ACK on
-        )
-
-    def _changed(self, conn: UpstreamConnection) -> None:
-        self.changes += 1
-
-    def feed(self, *chunks: bytes) -> None:
-        for chunk in chunks:
-            self.conn.data_received(chunk)
-
-    async def settle(self) -> None:
-        """Let the loop turn until the connection has taken in all it was fed
-        (more than a batch takes several turns, with reading paused meanwhile)."""
-        while not self.transport.reading and self.conn.state is not ConnState.CLOSED:
-            await asyncio.sleep(0)
-
-    def slot(self) -> StreamSlot:
-        slot = self.conn.try_reserve()
-        assert slot is not None
-        return slot
-
-    def open(self, end_stream: bool = True) -> tuple[UpstreamStream, RecordingSink]:
-        sink = RecordingSink()
-        return self.slot().open(REQUEST, sink, end_stream=end_stream), sink
-
-    async def sent(self) -> list[Frame]:
-        await asyncio.sleep(0)  # writes are coalesced into one per loop turn
-        return self.transport.frames()
-
-
-def of(kind: type[Frame], frames: list[Frame]) -> list:
-    return [f for f in frames if isinstance(f, kind)]
-
-
-def data_bytes(frames: list[Frame], stream_id: int) -> int:
-    return sum(len(f.data) for f in of(DataFrame, frames) if f.stream_id == stream_id)
 
 
 async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> None:
@@ -215,7 +164,7 @@ async def test_request_body_waits_for_window_updates() -> None:
     h.feed(h.server.window_update(1, 100_000))
     frames = await h.sent()
     assert data_bytes(frames, 1) == 50_000 and "END_STREAM" in of(DataFrame, frames)[-1].flags
-    assert stream.local_ended and stream.pending_bytes == 0
+    assert stream.state is StreamState.SENT and stream.pending_bytes == 0
     assert sink.send_ready == 1  # below the low-water mark: the client's reads resume
 
 

@@ -18,10 +18,10 @@ import aiohttp
 import pytest
 
 from h2ping.config import Config, parse_listen, parse_upstream
-from h2ping.proxy import bind_listener
-from h2ping.siblings import Links
+from h2ping.process.proxy import bind_listener
+from h2ping.process.siblings import Links
+from h2ping.process.workers import RunOne, run_workers
 from h2ping.testing import ScriptedUpstream
-from h2ping.workers import RunOne, run_workers
 
 from .conftest import assert_not_accepting, free_port, scrape_metrics, wait_for_port
 from .launcher import H2PING_SIDECAR, StartFailed, launch
@@ -278,6 +278,8 @@ async def test_metrics_add_up_every_worker(tmp_path: Path) -> None:
     assert right_after[("h2ping_requests_in_flight", "")] == 0
     assert right_after[("h2ping_workers", "")] == 2
     assert right_after[("h2ping_workers_reporting", "")] == 2
+    fast = {labels: v for (name, labels), v in right_after.items() if name == "h2ping_fast_path"}
+    assert fast and set(fast.values()) == {1}, fast  # per path the least of the workers'
     [info] = [labels for name, labels in right_after if name == "h2ping_info"]
     assert "instance=127.0.0.1," in info, info  # the instance's name, not worker 1's
     # What each worker says it did when it stops, added up, is what the scrape said.

@@ -7,7 +7,7 @@ slow bodies. It also records what it saw: connections, requests, PINGs, client r
 
 Every received byte is handled as it arrives (push design), so WINDOW_UPDATE, PING and
 RST_STREAM are handled even while no handler reads. GOAWAY frames, sent or received, are
-handled here rather than by ``h2``, as h2ping itself does (see :mod:`h2ping.frames`): ``h2``
+handled here rather than by ``h2``, as h2ping itself does (see :mod:`h2ping.http2.frames`): ``h2``
 moves its whole connection to CLOSED on any GOAWAY, while RFC 9113 section 6.8 lets the
 streams up to ``last_stream_id`` finish.
 """
@@ -30,7 +30,7 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
-from ..frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter
+from ..http2.frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter
 
 logger = logging.getLogger(__name__)
 

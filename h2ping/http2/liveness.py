@@ -15,7 +15,8 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from .stats import Stats
+from ..stats import Stats
+from ..timers import LazyTimer
 
 #: Before declaring death, look once more after this long: if the event loop
 #: itself was blocked, bytes may be waiting in the socket, not yet read.
@@ -47,32 +48,26 @@ class Liveness:
         self._payload = b""
         self._count = 0
         self._confirming = False
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer = LazyTimer(self._loop, self._check)
 
     def start(self) -> None:
         self._schedule(self.last_read + self._interval)
 
     def stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
 
     def saw_bytes(self) -> None:
         self.last_read = self._loop.time()
 
     def on_ack(self, payload: bytes) -> None:
-        self._stats.ping_acks += 1
-        if payload == self._payload and self._sent_at is not None:
-            rtt = time.perf_counter() - self._sent_precise
-            self._stats.last_ping_rtt = rtt
-            self._stats.ping_rtt.observe(rtt)
+        answered = payload == self._payload and self._sent_at is not None
+        self._stats.ping_acked(time.perf_counter() - self._sent_precise if answered else None)
 
     def _schedule(self, when: float) -> None:
         if self._interval > 0:
-            self._timer = self._loop.call_at(when, self._check)
+            self._timer.set(when)
 
     def _check(self) -> None:
-        self._timer = None
         now = self._loop.time()
         sent_at = self._sent_at
         if sent_at is not None:
@@ -86,7 +81,7 @@ class Liveness:
                 self._schedule(now + DEATH_CONFIRM_DELAY)
                 return
             else:
-                self._stats.ping_timeouts += 1
+                self._stats.ping_timed_out()
                 self._on_dead(now - self.last_read, now - sent_at)
                 return
         self._confirming = False
@@ -99,6 +94,6 @@ class Liveness:
         self._sent_at = now
         self._sent_precise = time.perf_counter()
         self._send_ping(self._payload)
-        self._stats.pings_sent += 1
+        self._stats.ping_sent()
         # Look again after an interval: an ACK by then restarts the idle clock.
         self._schedule(now + min(self._interval, self.timeout))

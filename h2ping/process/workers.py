@@ -9,7 +9,7 @@ reports over its own pipe once it serves; when all have, the parent calls
 if a worker fails it stops the others and exits with that worker's code.
 
 With ``-admin-listen``, worker 1 serves it for all, and asks the others for their
-numbers over one socketpair each (:mod:`h2ping.siblings`), made here before any
+numbers over one socketpair each (:mod:`h2ping.process.siblings`), made here before any
 fork so that worker 1 can hold every pair's other end.
 """
 
@@ -24,7 +24,7 @@ import signal
 import socket
 from collections.abc import Callable, Iterable
 
-from .config import Config
+from ..config import Config
 from .siblings import Links
 
 log = logging.getLogger("h2ping")

@@ -2,7 +2,9 @@
 hand from a :class:`Snapshot` of a proxy's counters and gauges.
 
 A snapshot is a copy, taken at one moment, of what one proxy owns; snapshots add
-up, so that with ``--workers N`` worker 1 reports the sum of every worker's.
+up, so that with ``--workers N`` worker 1 reports the sum of every worker's. The
+fast paths are the exception: each is a yes or no, and a sum reports the
+smallest (0 if any worker runs without the path).
 """
 
 from __future__ import annotations
@@ -11,14 +13,30 @@ import copy
 import dataclasses
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ._version import __version__
-from .config import Config
-from .stats import Histogram, Stats
+from .._version import __version__
+from ..config import Config
+from ..forward.retry import RetryBudget
+from ..http2 import fastpaths
+from ..stats import Histogram, Stats
+from .lag import LagMonitor
 
-if TYPE_CHECKING:
-    from .proxy import Proxy
+
+class Observed(Protocol):
+    """What a snapshot reads of a proxy: its settings, counters and gauges."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def stats(self) -> Stats: ...
+    @property
+    def lag(self) -> LagMonitor | None: ...
+    @property
+    def retry_budget(self) -> RetryBudget: ...
+    @property
+    def in_flight(self) -> int: ...
+    def connection_states(self) -> dict[str, int]: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,17 +48,20 @@ class Snapshot:
     connections: dict[str, int]  # upstream connections by state
     retry_buffer_limit: int  # max-buffered-bytes: each proxy has its own budget
     lag: Histogram | None  # event-loop lag, when measured
+    # 1 taken, 0 off (its probe failed); the least over workers.
+    fast_paths: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def of(cls, proxy: Proxy) -> Snapshot:
+    def of(cls, proxy: Observed) -> Snapshot:
         """A copy: the proxy's later traffic does not change it."""
         lag = proxy.lag.histogram if proxy.lag is not None else None
         return cls(
-            stats=copy.deepcopy(proxy.stats),
+            stats=proxy.stats.snapshot(retry_buffer_bytes=proxy.retry_budget.used),
             in_flight=proxy.in_flight,
             connections=proxy.connection_states(),
             retry_buffer_limit=proxy.config.max_buffered_bytes,
             lag=copy.deepcopy(lag),
+            fast_paths=fastpaths.states(),
         )
 
     def __add__(self, other: Snapshot) -> Snapshot:
@@ -59,6 +80,12 @@ class Snapshot:
             },
             retry_buffer_limit=self.retry_buffer_limit + other.retry_buffer_limit,
             lag=lag,
+            fast_paths={
+                path: min(
+                    self.fast_paths.get(path, 1), other.fast_paths.get(path, 1)
+                )  # a path one snapshot does not know of is the other's to report
+                for path in self.fast_paths.keys() | other.fast_paths.keys()
+            },
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -68,6 +95,7 @@ class Snapshot:
             "connections": self.connections,
             "retry_buffer_limit": self.retry_buffer_limit,
             "lag": None if self.lag is None else self.lag.to_json(),
+            "fast_paths": self.fast_paths,
         }
 
     @classmethod
@@ -79,6 +107,7 @@ class Snapshot:
             connections={str(state): int(n) for state, n in data["connections"].items()},
             retry_buffer_limit=int(data["retry_buffer_limit"]),
             lag=None if data["lag"] is None else Histogram.from_json(data["lag"]),
+            fast_paths={str(path): int(on) for path, on in data["fast_paths"].items()},
         )
 
 
@@ -93,7 +122,7 @@ class Workers:
 class Metrics:
     """Renders one proxy's counters and gauges as Prometheus text."""
 
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: Observed) -> None:
         self._proxy = proxy
 
     def render(self) -> str:
@@ -231,5 +260,12 @@ def render(
         "gauge",
         "max-buffered-bytes: the cap on retry_buffer_bytes.",
         [("", snapshot.retry_buffer_limit)],
+    )
+    family(
+        "h2ping_fast_path",
+        "gauge",
+        "1 where a fast path is taken; 0 where its probe found the installed h2 or "
+        "hpack changed, and plain h2/hpack does the work (slower). Over workers: the least.",
+        [(f'{{path="{_escape(k)}"}}', v) for k, v in sorted(snapshot.fast_paths.items())],
     )
     return "\n".join(lines) + "\n"

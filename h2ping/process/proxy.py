@@ -14,18 +14,19 @@ import socket
 import ssl
 from typing import TYPE_CHECKING, Any
 
-from .config import Config, HostPort, parse_listen, parse_upstream
-from .dial import load_ca_file
-from .errors import UpstreamError
-from .exchange import Exchange, ExchangeContext
-from .http1 import Request, ResponseWriter
+from ..config import Config, HostPort, parse_listen, parse_upstream
+from ..errors import BindError, UpstreamError
+from ..forward.exchange import Exchange, ExchangeContext
+from ..forward.pool import Pool
+from ..forward.retry import RetryBudget
+from ..http1.listener import ClientConnection, ListenerLimits, OutputFlusher
+from ..http1.messages import Request, ResponseWriter
+from ..http2 import fastpaths
+from ..http2.dial import load_ca_file
+from ..http2.upstream import ConnState
+from ..logs import plural
+from ..stats import Stats
 from .lag import LagMonitor
-from .listener import ClientConnection, ListenerLimits, OutputFlusher
-from .logs import plural
-from .pool import Pool
-from .retry import RetryBudget
-from .stats import Stats
-from .upstream import ConnState
 
 if TYPE_CHECKING:
     from .admin import AdminServer
@@ -36,22 +37,6 @@ log = logging.getLogger("h2ping")
 
 #: Pending client connections the kernel queues for us.
 LISTEN_BACKLOG = 4096
-
-
-class BindError(OSError):
-    """The listen address could not be bound; ``address`` says which one it was."""
-
-    def __init__(self, address: HostPort, cause: OSError) -> None:
-        super().__init__(cause.errno, cause.strerror or str(cause))
-        self.address = address
-
-
-class AdminListenError(OSError):
-    """The admin address could not be bound; ``address`` says which one it was."""
-
-    def __init__(self, address: HostPort, cause: OSError) -> None:
-        super().__init__(cause.errno, cause.strerror or str(cause))
-        self.address = address
 
 
 def bind_listener(listen: HostPort) -> socket.socket:
@@ -135,7 +120,8 @@ class Proxy:
     def summary(self) -> str:
         """The counters, and the loop lag when measured: the shutdown line."""
         lag = self.lag.summary() if self.lag is not None else ""
-        return f"{self.stats.summary()} {lag}".rstrip()
+        stats = self.stats.snapshot(retry_buffer_bytes=self.retry_budget.used)
+        return f"{stats.summary()} {lag}".rstrip()
 
     @property
     def in_flight(self) -> int:
@@ -161,6 +147,7 @@ class Proxy:
         endpoint). Raises :class:`BindError`, and ``OSError`` for what else cannot
         start (the admin address, the CA file)."""
         config = self.config
+        fastpaths.enabled()  # probed now, so a failed probe is told before any request
         context = self._ssl_context
         if context is None and config.upstream.tls:
             context = make_ssl_context(config)
@@ -194,7 +181,8 @@ class Proxy:
         if config.loop_lag_interval > 0:
             self.lag = LagMonitor(config.loop_lag_interval)
             self.lag.start()
-        # Imported here, not above: only -workers and -admin-listen need them.
+        # Imported here, not above: only -workers and -admin-listen need them, and a
+        # plain proxy's memory stays without them (they never import this module).
         if links is not None and links.answer_on is not None:
             from .siblings import answer_siblings
 

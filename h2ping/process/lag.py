@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .stats import Histogram
+from ..stats import Histogram
 
 #: Lag buckets, seconds: fine below 10 ms, where a healthy proxy lives.
 LAG_BUCKETS = (

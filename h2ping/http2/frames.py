@@ -10,7 +10,7 @@ Only the 9-byte frame headers are read; payloads pass through untouched.
 A third job is optional (``plain_data``): DATA frames with no flags (no
 END_STREAM, no padding) are handed out on their own, as their payload, so the
 client connection can deliver them without h2's per-frame machinery (see
-:meth:`h2ping.h2conn.H2Connection.take_plain_data`). Frames inside a header
+:meth:`h2ping.http2.h2conn.H2Connection.take_plain_data`). Frames inside a header
 block (HEADERS or PUSH_PROMISE waiting for its CONTINUATION) always go to h2,
 which must see anything that interrupts the block.
 

@@ -5,7 +5,7 @@ Each worker owns its counters, in its own memory. Before forking, the parent mak
 one socketpair per other worker, and each worker keeps only its own ends
 (:class:`Links`). Worker 1 asks with one line, ``KIND ID``; the other worker
 answers from its own event loop with one line, ``ID JSON``. KIND is ``metrics``
-(the answer is its :class:`~h2ping.metrics.Snapshot`) or ``ready`` (why it does
+(the answer is its :class:`~h2ping.process.metrics.Snapshot`) or ``ready`` (why it does
 not serve, or null). Worker 1 asks all of them at once and waits a short time: a
 worker that is stuck or gone counts as not answering, never as a hang, and an
 answer that comes too late is told apart by its id and dropped.
@@ -19,18 +19,21 @@ import functools
 import json
 import logging
 import socket
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
-from .metrics import Snapshot
-
-if TYPE_CHECKING:
-    from .proxy import Proxy
+from .metrics import Observed, Snapshot
 
 log = logging.getLogger("h2ping.admin")
 
 #: Lines longer than these mean the other end is not ours: the link is dropped.
 MAX_QUESTION_BYTES = 64
 MAX_ANSWER_BYTES = 1024 * 1024
+
+
+class Answering(Observed, Protocol):
+    """What a worker's answers read of its proxy."""
+
+    def not_serving(self) -> str | None: ...
 
 
 @dataclasses.dataclass
@@ -45,7 +48,7 @@ class Links:
     ask: dict[int, socket.socket] = dataclasses.field(default_factory=dict)
 
 
-async def answer_siblings(proxy: Proxy, sock: socket.socket) -> asyncio.BaseTransport:
+async def answer_siblings(proxy: Answering, sock: socket.socket) -> asyncio.BaseTransport:
     """Answer worker 1's questions about ``proxy`` on ``sock``; closing the returned
     transport stops it."""
     loop = asyncio.get_running_loop()
@@ -54,7 +57,7 @@ async def answer_siblings(proxy: Proxy, sock: socket.socket) -> asyncio.BaseTran
 
 
 class _Answerer(asyncio.Protocol):
-    def __init__(self, proxy: Proxy) -> None:
+    def __init__(self, proxy: Answering) -> None:
         self._proxy = proxy
         self._buffer = b""
         self._transport: asyncio.Transport | None = None

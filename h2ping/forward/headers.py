@@ -13,8 +13,8 @@ from collections.abc import Iterable
 
 from hpack import NeverIndexedHeaderTuple
 
-from .config import Upstream
-from .fields import Header
+from ..config import Upstream
+from ..fields import Header
 
 #: Fields that only describe the client's HTTP/1.1 connection (RFC 9110 7.6.1,
 #: RFC 9113 8.2.2). ``host`` becomes ``:authority``; ``expect`` is answered by the

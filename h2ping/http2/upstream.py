@@ -1,10 +1,11 @@
-"""One HTTP/2 connection to the upstream: the h2 state machine, flow control, stream slots.
+"""One HTTP/2 connection to the upstream: the h2 state machine, stream slots, its life.
 
 The connection is an ``asyncio.Protocol`` that reads all the time (push): every byte
 goes through ``data_received`` to h2 and its events go straight to the stream they
-belong to. Nothing here knows about HTTP/1.1; a stream reports to a
-:class:`StreamSink`, which the exchange implements. Dialling (TCP, TLS, ALPN) is
-:mod:`h2ping.dial`.
+belong to. Nothing here knows about HTTP/1.1; a stream (:mod:`h2ping.http2.streams`)
+reports to a :class:`StreamSink`, which the exchange implements. When inbound
+frames are handled is :mod:`h2ping.http2.inbound`'s business, what is written and when
+:mod:`h2ping.http2.outbound`'s. Dialling (TCP, TLS, ALPN) is :mod:`h2ping.http2.dial`.
 
 GOAWAY frames are split off the byte stream and handled here instead of by h2,
 because h2 closes its whole state machine on any received GOAWAY, which would fail
@@ -19,9 +20,8 @@ import contextlib
 import enum
 import logging
 import random
-from collections import deque
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import cast
 
 import h2.config
 import h2.connection
@@ -30,15 +30,21 @@ import h2.exceptions
 import h2.settings
 from h2.errors import ErrorCodes
 
-from . import errors
-from .config import Config
-from .errors import UpstreamError, describe_h2_error
-from .fields import Header
+from .. import errors
+from ..config import Config
+from ..errors import UpstreamError
+from ..fields import Header
+from ..logs import plural
+from ..stats import Stats
+from ..timers import LazyTimer
+from . import fastpaths
 from .frames import GOAWAY, RUN, FloodError, FrameSizeError, FrameSplitter, data_frame
-from .h2conn import H2Connection, StreamFault
+from .h2conn import DATA, H2Connection, StreamFault
+from .h2errors import describe_h2_error
+from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
 from .liveness import Liveness
-from .logs import plural
-from .stats import Stats
+from .outbound import OutboundPump
+from .streams import SlotLost, StreamSink, StreamSlot, StreamState, UpstreamStream
 
 log = logging.getLogger("h2ping.upstream")
 
@@ -46,39 +52,8 @@ log = logging.getLogger("h2ping.upstream")
 #: RTT. A stream may hold this much unread response data (a slow client's share).
 STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 64 * 1024 * 1024
-#: Request-body back-pressure, both marks in one place: the exchange pauses reading
-#: the client once more than SEND_HIGH_WATER waits to be sent upstream, and the
-#: stream tells it to resume (on_send_ready) when that drops below SEND_LOW_WATER.
-#: An upload the peer's windows hold back thus keeps at most this plus one client
-#: read in memory; more would not send any sooner, as the client's next read is
-#: at hand when a WINDOW_UPDATE comes.
-SEND_HIGH_WATER = 64 * 1024
-SEND_LOW_WATER = 16 * 1024
-#: At most this much request body becomes DATA frames between two writes to the
-#: socket, over all of a connection's streams (they take turns): so one write
-#: stays this size, and so does TLS's buffer for it, which keeps the size of the
-#: largest write it ever took; and the transport's pause_writing() acts before
-#: more is framed. Else ten uploads with 1 MiB windows left 6 MB of it behind.
-#: 256 KiB cost 5 % more CPU per uploaded byte (more, smaller writes).
-PUMP_BATCH = 512 * 1024
-#: At most about this much of what the upstream sent is handled per loop turn
-#: (its DATA delivered to clients included), so that one response moving at
-#: full speed leaves the event loop to the others.
-INBOUND_BATCH = 64 * 1024
-#: The most one read takes from the socket: a turn's share, and a TLS record more.
-READ_SIZE = INBOUND_BATCH + 16 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
-
-
-class StreamSink(Protocol):
-    """What a stream tells the request it carries. Called from the event loop."""
-
-    def on_response(self, headers: list[Header], end_stream: bool) -> None: ...
-    def on_data(self, data: bytes, flow_controlled_length: int) -> None: ...
-    def on_end(self) -> None: ...
-    def on_error(self, error: UpstreamError) -> None: ...
-    def on_send_ready(self) -> None: ...
 
 
 class ConnState(enum.Enum):
@@ -88,112 +63,14 @@ class ConnState(enum.Enum):
     CLOSED = "closed"
 
 
-class UpstreamStream:
-    """One request/response on a connection, as seen from the HTTP/2 side."""
-
-    __slots__ = (
-        "_end_pending",
-        "_outq",
-        "closed",
-        "conn",
-        "local_ended",
-        "pending_bytes",
-        "remote_ended",
-        "sink",
-        "stream_id",
-        "unacked",
-    )
-
-    def __init__(self, conn: UpstreamConnection, stream_id: int, sink: StreamSink) -> None:
-        self.conn = conn
-        self.stream_id = stream_id
-        self.sink = sink
-        self._outq: deque[memoryview] = deque()
-        self._end_pending = False
-        self.pending_bytes = 0  # request body queued here, waiting on the peer's windows
-        self.unacked = 0  # response bytes delivered but not yet returned as window credit
-        self.local_ended = False
-        self.remote_ended = False
-        self.closed = False
-
-    def send(self, data: bytes) -> None:
-        """Queue request body bytes; they leave as the peer's windows allow."""
-        if self.closed or self._end_pending or not data:
-            return
-        self._outq.append(memoryview(data))
-        self.pending_bytes += len(data)
-        self.conn._pump(self)
-
-    def end(self) -> None:
-        """The request body is complete (END_STREAM after the queued bytes)."""
-        if self.closed or self._end_pending or self.local_ended:
-            return
-        self._end_pending = True
-        self.conn._pump(self)
-
-    def ack(self, nbytes: int) -> None:
-        """Give ``nbytes`` of response data back to the peer as window credit."""
-        if nbytes <= 0 or self.closed:
-            return
-        self.unacked -= nbytes
-        self.conn._ack(self.stream_id, nbytes)
-
-    def ack_held(self) -> None:
-        """Give back all the credit of response data delivered so far."""
-        self.ack(self.unacked)
-
-    def cancel(self, error_code: int = ErrorCodes.CANCEL) -> None:
-        """Abandon the stream (the client went away): RST_STREAM upstream."""
-        if not self.closed:
-            self.conn._reset(self, error_code)
-
-    def __repr__(self) -> str:
-        return f"<stream {self.conn.id}/{self.stream_id}>"
-
-
-class SlotLost(UpstreamError):
-    """The connection stopped taking streams between the reservation and its use:
-    nothing was sent, so this is no attempt, only a reason to ask again."""
-
-
-class StreamSlot:
-    """One stream slot reserved on a connection: opened or released, exactly once."""
-
-    __slots__ = ("_spent", "conn")
-
-    def __init__(self, conn: UpstreamConnection) -> None:
-        self.conn = conn
-        self._spent = False
-
-    def open(self, headers: list[Header], sink: StreamSink, *, end_stream: bool) -> UpstreamStream:
-        """Send HEADERS on this slot. Raises :class:`SlotLost` if the connection
-        stopped taking streams since the slot was reserved."""
-        if self._spent:
-            raise RuntimeError("stream slot used twice")
-        self._spent = True
-        stream = None
-        try:
-            stream = self.conn._open_stream(headers, sink, end_stream)
-        finally:
-            self.conn._unreserve(freed=stream is None)
-        return stream
-
-    def release(self) -> None:
-        """Give the slot back unused (the request went away meanwhile)."""
-        if not self._spent:
-            self._spent = True
-            self.conn._unreserve(freed=True)
-
-    def __repr__(self) -> str:
-        return f"<slot on conn {self.conn.id}{' spent' if self._spent else ''}>"
-
-
 class UpstreamConnection(asyncio.BufferedProtocol):
     """An HTTP/2 client connection driven by inbound bytes, never by waiting readers.
 
-    A buffered protocol: the transport reads (and TLS decrypts) into a buffer of
-    ours. As a plain protocol, every TLS read allocated a fresh 256 KiB bytes
-    object and shrank it to what arrived (mmap, mremap and munmap, each read)."""
+    A buffered protocol: the TCP transport, or the TLS layer over it
+    (:mod:`h2ping.http2.tlslayer`), reads into one buffer of ours. Its size bounds a
+    read, not what arrives: both keep the rest for the next call, never dropping
+    it when the peer closes. As a plain protocol, every TLS read allocated a fresh
+    256 KiB bytes object and shrank it to what arrived (mmap, mremap and munmap)."""
 
     def __init__(
         self,
@@ -215,19 +92,13 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[None] = self._loop.create_future()
         self._transport: asyncio.Transport | None = None
-        self._flush_scheduled = False
-        # Streams whose body waits to be sent, in the order they take turns.
-        self._blocked: dict[UpstreamStream, None] = {}
-        self._unflushed = 0  # DATA bytes framed since the last write (PUMP_BATCH)
-        self._write_paused = False
-        self._pumps_scheduled = False
-        self._inbound_turn: asyncio.Handle | None = None  # the next batch of inbound frames
-        self._read_paused = False  # while inbound frames wait for their turn
-        self._turn_taken = 0  # inbound bytes handled in this loop iteration
-        self._turn_end: asyncio.Handle | None = None  # resets _turn_taken
         self._stats = stats
-        self._frames = FrameSplitter(plain_data=True)
+        fast = fastpaths.enabled()
+        self._frames = FrameSplitter(plain_data=DATA in fast)
         self._read_buffer = memoryview(bytearray(READ_SIZE))
+        self._inbound = InboundTurns(
+            self._loop, self._take_batch, lambda: self._frames.ready, self._is_closed
+        )
         self._liveness = Liveness(
             config.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
         )
@@ -240,7 +111,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         # Closed after this long without a stream, as Go's transport does (0: never).
         self._idle_timeout = config.idle_conn_timeout
         self._idle_since = self.created_at
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_timer = LazyTimer(self._loop, self._check_idle)
         self.answered = 0  # streams the peer sent response headers for: it is taking work
         # headers.request_headers produces what h2's outbound checks would: skip them.
         h2_config = h2.config.H2Configuration(
@@ -252,13 +123,14 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             validate_inbound_headers=False,
             normalize_inbound_headers=False,
         )
-        self._h2 = H2Connection(h2_config, config.max_response_header_bytes)
+        self._h2 = H2Connection(h2_config, config.max_response_header_bytes, fast)
+        self.outbound = OutboundPump(self._loop, self._h2)
 
     # ----------------------------------------------------------------- capacity
     #
     # The connection alone counts its stream slots: a slot is taken by
     # try_reserve() and comes back exactly once, through StreamSlot.open() or
-    # StreamSlot.release(), both ending in _unreserve(), which closes a draining
+    # StreamSlot.release(), both ending in unreserve(), which closes a draining
     # connection whose last slot that was.
 
     @property
@@ -279,9 +151,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.reserved += 1
         return StreamSlot(self)
 
-    def _open_stream(
+    def open_stream(
         self, headers: list[Header], sink: StreamSink, end_stream: bool
     ) -> UpstreamStream:
+        """HEADERS for a new stream (by its :class:`StreamSlot` only)."""
         if self.state is not ConnState.OPEN:
             raise SlotLost(
                 errors.CONNECTION_TERMINATED,
@@ -290,15 +163,16 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             )
         stream_id = self._h2.get_next_available_stream_id()
         self._h2.send_headers(stream_id, headers, end_stream=end_stream)
-        stream = UpstreamStream(self, stream_id, sink)
-        stream.local_ended = end_stream
+        stream = UpstreamStream(self, self._h2, stream_id, sink)
+        if end_stream:
+            stream.state = StreamState.SENT
         self.streams[stream_id] = stream
-        self._schedule_flush()
+        self.outbound.schedule_flush()
         if stream_id >= LAST_USABLE_STREAM_ID:
             self._drain("stream ids exhausted")
         return stream
 
-    def _unreserve(self, freed: bool) -> None:
+    def unreserve(self, freed: bool) -> None:
         """A reservation ended: used for a stream, or (``freed``) given back or
         failed to open."""
         self.reserved -= 1
@@ -323,7 +197,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self._transport is not None and not self._transport.is_closing():
             try:
                 self._h2.close_connection()
-                self._flush()
+                self.outbound.flush()
             except h2.exceptions.ProtocolError:
                 pass
             self._transport.close()
@@ -335,6 +209,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        self._inbound.attach(self._transport)
+        self.outbound.attach(self._transport)
         # Our settings go in the preface's one SETTINGS frame, never h2's defaults
         # first: a server must not see a smaller header list limit than we enforce.
         self._h2.local_settings = h2.settings.Settings(
@@ -347,7 +223,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         )
         self._h2.initiate_connection()
         self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
-        self._flush()
+        self.outbound.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._read_buffer
@@ -362,15 +238,12 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.state is ConnState.CLOSED:
             return
         self._frames.feed(data)
-        if self._inbound_turn is None:  # else the next turn takes these bytes too
-            self._take_turn()
+        self._inbound.arrived()
 
     def connection_lost(self, exc: Exception | None) -> None:
         # What arrived before the end is handled first: a response complete
         # before the close is a response.
-        if self._inbound_turn is not None:
-            self._inbound_turn.cancel()
-            self._inbound_turn = None
+        self._inbound.stop()
         while self.state is not ConnState.CLOSED and self._frames.ready:
             self._take_batch()
         if self.state is ConnState.CLOSED:
@@ -381,43 +254,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         )
         self._end(reason, UpstreamError(errors.CONNECTION_TERMINATED, reason))
 
-    def _take_turn(self) -> None:
-        """Handle what arrived, up to this loop turn's share (INBOUND_BATCH, over
-        all the reads the loop hands over in one iteration); leave the rest for
-        the next turn, not reading meanwhile, so that one fast connection cannot
-        hold the loop and the backlog stays one read's worth."""
-        taken = self._take_batch(INBOUND_BATCH - self._turn_taken)
-        if self.state is ConnState.CLOSED:
-            return
-        self._turn_taken += taken
-        transport = self._transport
-        if self._frames.ready or self._turn_taken >= INBOUND_BATCH:
-            # Paused even with nothing left: else the loop would hand over the
-            # next read in this same iteration (uvloop reads up to 32 times).
-            if self._turn_end is not None:
-                self._turn_end.cancel()
-                self._turn_end = None
-            self._inbound_turn = self._loop.call_soon(self._next_turn)
-            if not self._read_paused and transport is not None and not transport.is_closing():
-                self._read_paused = True
-                transport.pause_reading()
-            return
-        if self._read_paused:
-            self._read_paused = False
-            if transport is not None and not transport.is_closing():
-                transport.resume_reading()
-        if self._turn_taken and self._turn_end is None:
-            self._turn_end = self._loop.call_soon(self._end_turn)
-
-    def _next_turn(self) -> None:
-        self._inbound_turn = None
-        self._turn_taken = 0
-        self._take_turn()
-
-    def _end_turn(self) -> None:
-        """Reads in the next loop iteration get a share of their own."""
-        self._turn_end = None
-        self._turn_taken = 0
+    def _is_closed(self) -> bool:
+        return self.state is ConnState.CLOSED
 
     def _take_batch(self, budget: int = INBOUND_BATCH) -> int:
         """Handle about ``budget`` bytes of frames; return how many."""
@@ -444,7 +282,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         except Exception as exc:  # anything h2 raises on the peer's bytes ends this connection
             self._protocol_error(describe_h2_error(exc))
             return 0
-        self._flush()
+        self.outbound.flush()
         return backlog - self._frames.backlog
 
     # ----------------------------------------------------------------- inbound
@@ -463,7 +301,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         size = len(payload)
         if stream is None or not self._h2.take_plain_data(stream_id, size):
             return False
-        stream.unacked += size
+        stream.received(size)
         try:
             stream.sink.on_data(payload, size)
         except Exception:
@@ -474,7 +312,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         log.exception("conn=%d stream=%d: internal error", self.id, stream_id)
         stream = self.streams.get(stream_id)
         if stream is not None:
-            self._reset(stream, ErrorCodes.INTERNAL_ERROR)
+            self.reset(stream, ErrorCodes.INTERNAL_ERROR)
             stream.sink.on_error(UpstreamError(errors.PROXY_INTERNAL_ERROR, "internal error"))
 
     def _dispatch(self, event: h2.events.Event) -> None:
@@ -489,7 +327,6 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         elif isinstance(event, h2.events.StreamEnded):
             stream = self.streams.get(event.stream_id)
             if stream is not None:
-                stream.remote_ended = True
                 self._on_remote_end(stream)
         elif isinstance(event, h2.events.StreamReset):
             self._on_reset(event)
@@ -507,17 +344,17 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if stream is None:
             # Data for a stream we already abandoned still counts against the
             # connection window: give it back at once.
-            self._ack(event.stream_id, event.flow_controlled_length)
+            self.outbound.give_credit(event.stream_id, event.flow_controlled_length)
             return
-        stream.unacked += event.flow_controlled_length
+        stream.received(event.flow_controlled_length)
         stream.sink.on_data(event.data, event.flow_controlled_length)
 
     def _on_remote_end(self, stream: UpstreamStream) -> None:
         sink = stream.sink
-        if not stream.local_ended:
+        if stream.state is not StreamState.SENT:
             # A complete response before the whole request body (RFC 9113 8.1):
             # stop sending the rest; the response stands.
-            self._reset(stream, ErrorCodes.NO_ERROR)
+            self.reset(stream, ErrorCodes.NO_ERROR)
         else:
             self._forget(stream)
         sink.on_end()
@@ -559,9 +396,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
                 )
             if self._idle_timeout > 0:
                 self._idle_since = self._loop.time()
-                self._idle_timer = self._loop.call_at(
-                    self._idle_since + self._idle_timeout, self._check_idle
-                )
+                self._idle_timer.set(self._idle_since + self._idle_timeout)
         self._on_change(self)
 
     def _on_goaway(self, payload: bytes) -> None:
@@ -572,7 +407,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.goaway_last_stream_id is not None:
             last_stream_id = min(last_stream_id, self.goaway_last_stream_id)
         self.goaway_last_stream_id = last_stream_id
-        self._stats.goaways += 1
+        self._stats.goaway_received()
         try:
             code_name = ErrorCodes(code).name
         except ValueError:
@@ -587,7 +422,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._drain(f"GOAWAY {code_name}")
         # Streams above last_stream_id were never processed: safe to replay.
         for stream in [s for sid, s in self.streams.items() if sid > last_stream_id]:
-            self._reset(stream, ErrorCodes.CANCEL)
+            self.reset(stream, ErrorCodes.CANCEL)
             stream.sink.on_error(
                 UpstreamError(
                     errors.CONNECTION_TERMINATED,
@@ -599,118 +434,38 @@ class UpstreamConnection(asyncio.BufferedProtocol):
 
     # ----------------------------------------------------------------- outbound
 
-    def _pump(self, stream: UpstreamStream) -> None:
-        """Move a stream's queued body into DATA frames as far as windows allow."""
-        h2conn = self._h2
-        queue = stream._outq
-        was_high = stream.pending_bytes >= SEND_LOW_WATER
-        budget = PUMP_BATCH - self._unflushed
-        spent = False
-        try:
-            while queue and not self._write_paused:
-                if budget <= 0:
-                    spent = True
-                    break
-                window = h2conn.local_flow_control_window(stream.stream_id)
-                if window <= 0:
-                    break
-                chunk = queue[0]
-                size = min(len(chunk), window, h2conn.max_outbound_frame_size)
-                if size == len(chunk):
-                    queue.popleft()
-                else:
-                    queue[0] = chunk[size:]
-                    chunk = chunk[:size]
-                stream.pending_bytes -= size
-                budget -= size
-                last = stream._end_pending and not queue
-                h2conn.send_data(stream.stream_id, chunk, end_stream=last)
-                if last:
-                    stream.local_ended = True
-            if stream._end_pending and not queue and not stream.local_ended:
-                h2conn.end_stream(stream.stream_id)
-                stream.local_ended = True
-        except h2.exceptions.StreamClosedError:
-            queue.clear()
-            stream.pending_bytes = 0
-        self._unflushed = PUMP_BATCH - budget
-        if queue:
-            if spent:  # to the back: the others go first once this is written
-                self._blocked.pop(stream, None)
-                self._schedule_flush()
-                self._schedule_pumps()
-            self._blocked[stream] = None
-        else:
-            self._blocked.pop(stream, None)
-            if stream.local_ended and stream.remote_ended:
-                self._forget(stream)
-        self._schedule_flush()
-        if was_high and stream.pending_bytes < SEND_LOW_WATER:
-            stream.sink.on_send_ready()
-
-    def _schedule_pumps(self) -> None:
-        if not self._pumps_scheduled:
-            self._pumps_scheduled = True
-            self._loop.call_soon(self._pump_blocked)
-
-    def _pump_blocked(self) -> None:
-        """Carry on with every stream whose body waits (next loop turn, or when
-        the upstream socket drains)."""
-        self._pumps_scheduled = False
-        for stream in list(self._blocked):
-            if self._write_paused:
-                break
-            if self._unflushed >= PUMP_BATCH:  # the rest keep their place at the front
-                self._schedule_flush()
-                self._schedule_pumps()
-                break
-            if not stream.closed:
-                self._pump(stream)
-
     def pause_writing(self) -> None:
-        # The socket buffer is full: stop turning request bodies into frames.
-        self._write_paused = True
+        self.outbound.pause_writing()
 
     def resume_writing(self) -> None:
-        self._write_paused = False
-        self._pump_blocked()
+        self.outbound.resume_writing()
 
     def _on_window_update(self, stream_id: int) -> None:
-        if stream_id:
-            stream = self.streams.get(stream_id)
-            if stream is not None and stream in self._blocked:
-                self._pump(stream)
+        if not stream_id:
+            self.outbound.window_opened(None)
             return
-        self._pump_blocked()
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            self.outbound.window_opened(stream)
 
-    def _ack(self, stream_id: int, nbytes: int) -> None:
-        if self._h2.ack_quietly(stream_id, nbytes):
-            return  # no WINDOW_UPDATE due yet: nothing to send
-        try:
-            self._h2.acknowledge_received_data(nbytes, stream_id)
-        except h2.exceptions.ProtocolError:
-            return
-        self._schedule_flush()
-
-    def _reset(self, stream: UpstreamStream, error_code: int) -> None:
+    def reset(self, stream: UpstreamStream, error_code: int) -> None:
+        """End ``stream`` with RST_STREAM ``error_code``; its slot is free."""
         with contextlib.suppress(h2.exceptions.ProtocolError):  # already closed in h2
             self._h2.reset_stream(stream.stream_id, error_code)
         self._forget(stream)
-        self._schedule_flush()
+        self.outbound.schedule_flush()
 
     def _forget(self, stream: UpstreamStream) -> None:
         """The stream is over: free its slot and the window credit it still holds."""
         if stream.closed:
             return
-        stream.closed = True
+        credit = stream.close()
         self.streams.pop(stream.stream_id, None)
-        self._blocked.pop(stream, None)
-        stream._outq.clear()
+        self.outbound.forget(stream)
         if self.state is ConnState.CLOSED:
             return  # nothing to give back or to tell: _end is failing every stream
-        if stream.unacked:
-            self._ack(stream.stream_id, stream.unacked)
-            stream.unacked = 0
+        if credit:
+            self.outbound.give_credit(stream.stream_id, credit)
         if not self.streams:
             self._idle_since = self._loop.time()
         if self.state is ConnState.OPEN:
@@ -718,21 +473,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         else:
             self._close_if_drained()
 
-    def _schedule_flush(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        self._unflushed = 0
-        data = self._h2.data_to_send()
-        if data and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(data)
-
     def _send_ping(self, payload: bytes) -> None:
         self._h2.ping(payload)
-        self._flush()
+        self.outbound.flush()
 
     def _declare_dead(self, silent_for: float, since_ping: float) -> None:
         log.warning(
@@ -761,7 +504,6 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def _check_idle(self) -> None:
         """One timer per connection, re-armed lazily: streams ending only record
         the time, so a busy connection costs no timer operation per request."""
-        self._idle_timer = None
         if self.state is not ConnState.OPEN:
             return
         now = self._loop.time()
@@ -773,7 +515,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
                 log.info("conn=%d idle for %.1fs: closing", self.id, now - self._idle_since)
                 self.close("idle-conn-timeout")
                 return
-        self._idle_timer = self._loop.call_at(due, self._check_idle)
+        self._idle_timer.set(due)
 
     def _close_if_drained(self) -> None:
         if self.state is ConnState.DRAINING and not self.streams and not self.reserved:
@@ -786,7 +528,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self._h2.state_machine.state is not h2.connection.ConnectionState.CLOSED:
             with contextlib.suppress(h2.exceptions.ProtocolError):
                 self._h2.close_connection(error_code=code)
-        self._flush()
+        self.outbound.flush()
         if self._transport is not None:
             self._transport.close()
         self._end(f"protocol error: {detail}", UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
@@ -805,14 +547,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.state = ConnState.CLOSED
         self.close_reason = self.close_reason or reason
         self._liveness.stop()
-        for timer in (self._age_timer, self._idle_timer):
-            if timer is not None:
-                timer.cancel()
-        self._age_timer = self._idle_timer = None
-        for handle in (self._inbound_turn, self._turn_end):
-            if handle is not None:
-                handle.cancel()
-        self._inbound_turn = self._turn_end = None
+        if self._age_timer is not None:
+            self._age_timer.cancel()
+            self._age_timer = None
+        self._idle_timer.cancel()
+        self._inbound.stop()
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()

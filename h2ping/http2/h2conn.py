@@ -27,17 +27,29 @@ machines and event objects, which were most of the CPU of streamed responses.
 Each takes the fast path only where h2 would do nothing else, and declines
 everything else, which then goes through h2 as before.
 
-This overrides two of h2's internal methods (``_receive_frame`` and
-``_begin_new_stream``), uses more of them (its frame dispatch table,
-``_prepare_for_sending`` and the two ``_stream_is_closed_by_*`` checks), and
-reads and updates the window managers and the content-length count of h2's
-streams, all stable through h2 4.1-4.4; tests/test_stream_faults.py covers each
-fault, tests/test_h2conn_fast_unit.py holds the fast path to what h2 itself does.
+All of this reaches into h2's private parts, grouped into the fast paths of
+:mod:`h2ping.http2.fastpaths`, each on only where its probe passed in this process:
+
+- ``receive``: :meth:`H2Connection._handle_frame`, a copy of h2's
+  ``_receive_frame`` (its frame dispatch table, ``_prepare_for_sending``, the
+  two ``_stream_is_closed_by_*`` checks, ``StreamClosedError._events``); off,
+  h2's own ``_receive_frame`` runs.
+- ``data``: ``take_plain_data`` and ``ack_quietly`` (the window managers and
+  their ``_bytes_processed``, each stream's content-length count and states);
+  off, both decline and h2 takes every frame.
+- ``stream_faults``: the ``_receive_frame`` and ``_begin_new_stream`` overrides,
+  the ``__class__`` swap to :class:`_Stream`, and closing a stream by writing
+  its state machine; off, those faults end the connection as plain h2 has it,
+  and h2's decoder enforces the header list limit.
+- ``hpack``: :class:`~h2ping.hpackcache.FieldCachingDecoder` as h2's decoder.
+
+tests/test_stream_faults.py covers each fault, tests/test_h2conn_fast_unit.py
+holds the fast path to what h2 itself does, tests/test_fastpaths.py each probe.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import h2.config
@@ -48,7 +60,8 @@ import h2.stream
 from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
 
-from . import errors
+from .. import errors
+from .h2errors import describe_h2_error
 from .hpackcache import FieldCachingDecoder
 
 #: A header list up to this much above our limit is still decoded (so only its
@@ -58,6 +71,13 @@ from .hpackcache import FieldCachingDecoder
 DECODE_HEADROOM = 4 * 1024 * 1024
 #: RFC 9113 6.5.2: each field counts its name and value plus 32 bytes.
 FIELD_OVERHEAD = 32
+
+#: The fast paths (see the module's docstring), by the names /metrics shows.
+RECEIVE = "receive"
+DATA = "data"
+STREAM_FAULTS = "stream_faults"
+HPACK = "hpack"
+FAST_PATHS = (RECEIVE, DATA, STREAM_FAULTS, HPACK)
 
 _CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
 #: Stream states in which a response's DATA is taken (ours is the client side).
@@ -122,7 +142,7 @@ class _Stream(h2.stream.H2Stream):
         except h2.exceptions.StreamClosedError:
             raise  # h2 resets the stream itself, or makes it a connection error
         except h2.exceptions.ProtocolError as exc:
-            raise self._malformed(exc) from exc
+            raise self._malformed(exc, "bad response header block") from exc
 
     def receive_data(self, data: bytes, end_stream: bool, flow_control_len: int) -> Any:
         try:
@@ -130,24 +150,37 @@ class _Stream(h2.stream.H2Stream):
         except (h2.exceptions.StreamClosedError, h2.exceptions.FlowControlError):
             raise  # flow control is the connection's business, as in Go's transport
         except h2.exceptions.ProtocolError as exc:
-            raise self._malformed(exc) from exc
+            raise self._malformed(exc, "bad response DATA") from exc
 
-    def _malformed(self, exc: Exception) -> _Fault:
-        detail = f"malformed response: {errors.describe_h2_error(exc)}"
+    def _malformed(self, exc: Exception, where: str) -> _Fault:
+        detail = f"malformed response: {describe_h2_error(exc, where)}"
         return _Fault(self.stream_id, errors.HTTP_PROTOCOL_ERROR, detail, ErrorCodes.PROTOCOL_ERROR)
 
 
 class H2Connection(h2.connection.H2Connection):
-    """A client connection enforcing ``header_list_limit`` per stream."""
+    """A client connection enforcing ``header_list_limit`` per stream, taking the
+    fast paths named in ``fast`` (the probes of :mod:`h2ping.http2.fastpaths` choose)."""
 
-    def __init__(self, config: h2.config.H2Configuration, header_list_limit: int) -> None:
+    def __init__(
+        self,
+        config: h2.config.H2Configuration,
+        header_list_limit: int,
+        fast: Collection[str] = FAST_PATHS,
+    ) -> None:
         super().__init__(config=config)
-        self.decoder = FieldCachingDecoder()  # before any header block: a fresh state
+        self._fast_receive = RECEIVE in fast
+        self._fast_data = DATA in fast
+        self._stream_faults = STREAM_FAULTS in fast
+        if HPACK in fast:
+            self.decoder = FieldCachingDecoder()  # before any header block: a fresh state
         self.header_list_limit = header_list_limit
         # h2 would lower this to the advertised limit when a SETTINGS frame
         # changing it is acknowledged; ours goes out once, as an initial value
         # (see UpstreamConnection.connection_made), so this ceiling stays.
-        self.decoder.max_header_list_size = header_list_limit + DECODE_HEADROOM
+        # Without stream faults, h2 enforces the limit while decoding.
+        self.decoder.max_header_list_size = header_list_limit + (
+            DECODE_HEADROOM if self._stream_faults else 0
+        )
 
     def take_plain_data(self, stream_id: int, size: int) -> bool:
         """Account for a DATA frame without flags (no END_STREAM, no padding) of
@@ -155,7 +188,7 @@ class H2Connection(h2.connection.H2Connection):
         delivers the payload itself. False, with nothing changed, wherever h2
         would do more than count (an error, a closed or unknown stream, DATA
         before the response headers): the caller then gives h2 the frame."""
-        if self.state_machine.state is not _CLIENT_OPEN:
+        if not self._fast_data or self.state_machine.state is not _CLIENT_OPEN:
             return False
         stream = self.streams.get(stream_id)
         if stream is None:
@@ -181,6 +214,8 @@ class H2Connection(h2.connection.H2Connection):
         ``acknowledge_received_data`` does, when neither window would get a
         WINDOW_UPDATE for it yet (h2 sends one once half a window is processed,
         or sooner when a window is empty); else False with nothing changed."""
+        if not self._fast_data:
+            return False
         stream = self.streams.get(stream_id)
         if stream is None or stream.state_machine.state not in _RECEIVING:
             return False
@@ -196,6 +231,8 @@ class H2Connection(h2.connection.H2Connection):
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
         stream = super()._begin_new_stream(stream_id, allowed_ids)
+        if not self._stream_faults:
+            return stream
         # h2 builds the stream itself; _Stream only adds behaviour, no state.
         stream.__class__ = _Stream
         stream.header_list_limit = self.header_list_limit  # type: ignore[attr-defined]
@@ -203,11 +240,13 @@ class H2Connection(h2.connection.H2Connection):
 
     def _receive_frame(self, frame: Frame) -> list[h2.events.Event]:
         try:
-            return self._handle_frame(frame)
+            if self._fast_receive:
+                return self._handle_frame(frame)
+            return super()._receive_frame(frame)
         except _Fault as fault:
             return self._reset_faulty(frame, fault.event)
         except h2.exceptions.StreamClosedError:
-            if not isinstance(frame, HeadersFrame):
+            if not self._stream_faults or not isinstance(frame, HeadersFrame):
                 raise
             # HEADERS on a stream that ended normally: the block was decoded
             # (HPACK is in sync); nothing waits on the stream. Tell the peer.

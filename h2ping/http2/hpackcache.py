@@ -11,8 +11,10 @@ entry added, for incremental indexing) is still applied each time. Fields that
 name a dynamic-table entry, and long ones, are decoded by hpack as usual.
 
 This overrides hpack's ``Decoder._decode_literal``, which every literal field
-goes through (hpack 4.x); tests/test_hpackcache_unit.py decodes the same blocks
-with both and compares the headers and the dynamic table after each block.
+goes through (hpack 4.0-4.2), and uses ``header_table.add``: h2ping's ``hpack``
+fast path, taken only where its probe (h2ping.probes.hpack) passed.
+tests/test_hpackcache_unit.py decodes the same blocks with both and compares
+the headers and the dynamic table after each block.
 """
 
 from __future__ import annotations

@@ -13,11 +13,12 @@ import socket
 import ssl
 from collections.abc import Callable
 
-from . import errors
-from .config import Config
-from .errors import UpstreamError
-from .sockets import set_tcp_keepalive
-from .stats import Stats
+from .. import errors
+from ..config import Config
+from ..errors import UpstreamError
+from ..sockets import set_tcp_keepalive
+from ..stats import Stats
+from .tlslayer import TLSLayer
 from .upstream import UpstreamConnection
 
 # OpenSSL's X509_V_ERR_* codes, as in SSLCertVerificationError.verify_code.
@@ -45,7 +46,7 @@ def describe_tls_error(exc: ssl.SSLError, host: str, target: str) -> UpstreamErr
     """The TLS handshake with ``target`` (``host:port``) failed: say why, in words."""
     if isinstance(exc, ssl.SSLCertVerificationError):
         return UpstreamError(errors.TLS_CERTIFICATE_ERROR, _certificate_problem(exc, host, target))
-    reason = exc.reason or type(exc).__name__
+    reason = getattr(exc, "reason", None) or type(exc).__name__  # None when made in Python
     if reason in _NOT_TLS:
         detail = f"{target} did not answer TLS: is it plain HTTP? ({reason})"
     elif reason in _REFUSED:
@@ -106,31 +107,13 @@ async def connect(
     on_age: Callable[[UpstreamConnection], None] | None = None,
 ) -> UpstreamConnection:
     """Open a connection and wait for the peer's SETTINGS (so we know its stream limit)."""
-    loop = asyncio.get_running_loop()
     upstream = config.upstream
     timeout = config.connect_timeout
     target = f"{upstream.host}:{upstream.port}"
     protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age)
     try:
         async with asyncio.timeout(timeout):
-            transport, _ = await loop.create_connection(
-                lambda: protocol,
-                upstream.host,
-                upstream.port,
-                ssl=ssl_context if upstream.tls else None,
-                server_hostname=upstream.host if upstream.tls else None,
-            )
-            if upstream.tls:
-                ssl_object = transport.get_extra_info("ssl_object")
-                alpn = ssl_object.selected_alpn_protocol() if ssl_object else None
-                if alpn != "h2":
-                    transport.abort()
-                    raise UpstreamError(
-                        errors.TLS_PROTOCOL_ERROR,
-                        f"{target} did not negotiate HTTP/2 with ALPN (got {alpn or 'none'})",
-                    )
-            set_tcp_keepalive(transport.get_extra_info("socket"))
-            await protocol.wait_ready()
+            await _open(protocol, config, ssl_context)
     except TimeoutError:
         protocol.close("connect timeout")
         raise UpstreamError(
@@ -147,3 +130,33 @@ async def connect(
             errors.DESTINATION_UNAVAILABLE, f"{target}: {exc.strerror or exc}"
         ) from None
     return protocol
+
+
+async def _open(
+    protocol: UpstreamConnection, config: Config, ssl_context: ssl.SSLContext | None
+) -> None:
+    """TCP, then TLS (h2ping's own layer, see :mod:`h2ping.http2.tlslayer`) with ALPN
+    ``h2``, then the peer's SETTINGS; the socket is closed again if any step fails."""
+    loop = asyncio.get_running_loop()
+    upstream = config.upstream
+    tcp: asyncio.Transport | None = None
+    try:
+        if ssl_context is not None and upstream.tls:
+            layer = TLSLayer(protocol, ssl_context, upstream.host)
+            tcp, _ = await loop.create_connection(lambda: layer, upstream.host, upstream.port)
+            await layer.handshake
+            alpn = layer.ssl_object.selected_alpn_protocol()
+            if alpn != "h2":
+                raise UpstreamError(
+                    errors.TLS_PROTOCOL_ERROR,
+                    f"{upstream.host}:{upstream.port} did not negotiate HTTP/2 with ALPN"
+                    f" (got {alpn or 'none'})",
+                )
+        else:
+            tcp, _ = await loop.create_connection(lambda: protocol, upstream.host, upstream.port)
+        set_tcp_keepalive(tcp.get_extra_info("socket"))
+        await protocol.wait_ready()
+    except BaseException:
+        if tcp is not None:
+            tcp.abort()
+        raise

@@ -1,8 +1,8 @@
 """The HTTP/1.1 side: one :class:`ClientConnection` per accepted socket.
 
 An ``asyncio.BufferedProtocol`` fed to httptools (llhttp, strict RFC 9112 parsing). Each
-parsed request becomes a :class:`~h2ping.http1.Request` handed to a handler (the
-exchange), which answers through the request's :class:`~h2ping.http1.ResponseWriter`.
+parsed request becomes a :class:`~h2ping.http1.messages.Request` handed to a handler (the
+exchange), which answers through the request's :class:`~h2ping.http1.messages.ResponseWriter`.
 Nothing here knows about HTTP/2.
 
 Requests on one connection are answered in order (RFC 9112 section 9.3.2): a
@@ -14,6 +14,7 @@ One timer per connection bounds both how long a request head may take to arrive
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -21,8 +22,11 @@ from typing import Protocol, cast
 
 import httptools
 
-from .fields import Header
-from .http1 import (
+from ..fields import Header
+from ..sockets import batch_writer, set_nodelay, set_tcp_keepalive
+from ..stats import Stats
+from ..timers import LazyTimer
+from .messages import (
     MAX_HEAD_BYTES,
     MAX_TARGET_BYTES,
     Request,
@@ -30,8 +34,6 @@ from .http1 import (
     ResponseWriter,
     check_head,
 )
-from .sockets import batch_writer, set_nodelay, set_tcp_keepalive
-from .stats import Stats
 
 log = logging.getLogger("h2ping.listener")
 
@@ -60,6 +62,21 @@ class RequestHandler(Protocol):
 
 
 HandlerFactory = Callable[[Request, ResponseWriter], RequestHandler]
+
+
+class ReadState(enum.Enum):
+    """What the next bytes read from a client are, one state at a time."""
+
+    BETWEEN = "between requests"  # the next byte begins a request head
+    HEAD = "head"  # a request head is arriving (header_timeout runs)
+    BODY = "body"  # the body of the request being read (or none: its end is due)
+    #: An Upgrade request with a body: llhttp calls the bytes after the head
+    #: "upgraded", so the body waits for a fresh parser, primed with a synthetic
+    #: head whose callbacks are ignored (UPGRADED_BODY).
+    UPGRADING = "upgrading"
+    UPGRADED_BODY = "upgraded body"
+    REJECTED = "rejected"  # a malformed request awaits its answer; nothing more is read
+    CLOSED = "closed"  # closing or closed: nothing more is read or written
 
 
 class OutputFlusher:
@@ -129,31 +146,38 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._parser = httptools.HttpRequestParser(self)
         self._out: list[bytes] = []
         self._flush_scheduled = False
-        self._closing = False
+        self.state = ReadState.BETWEEN
         self._reading_paused = False
         self.write_paused = False
         self.flushes = 0
-        self._timer: asyncio.TimerHandle | None = None
-        self._deadline = 0.0
-        self._on_deadline: Callable[[], None] | None = None
+        # One timer per connection for the head and idle deadlines, in turn.
+        self._timer = LazyTimer(self._loop, self._on_timer)
+        self._on_deadline: Callable[[], None] = self._on_header_timeout
         # Parse state of the request being read.
         self._url = b""
         self._headers: list[Header] = []
         self._head_bytes = 0  # bytes read while a head is unfinished (bounds partial heads)
         self._head_size = 0  # exact size of the parsed request line and fields
-        self._in_head = False
+        #: The request whose body is being read: set at its head's end, cleared at its own.
         self._reading: tuple[RequestHandler, Request] | None = None
-        # An Upgrade request with a body: llhttp hands over the stream after the
-        # head, so the body is read by a parser primed with a synthetic head.
-        self._body_after_upgrade: Request | None = None
-        self._continuing = False
-        self._rejection: tuple[int, str] | None = None  # parse error awaiting its turn
+        self._rejection = (400, "bad request")  # what REJECTED answers once its turn comes
+        self._raised: RequestRejected | None = None  # by a parser callback, as it left
         # Requests whose responses are pending, oldest (the one being answered) first.
         self._pending: deque[tuple[RequestHandler, ResponseWriter]] = deque()
 
     @property
     def idle(self) -> bool:
-        return not self._pending and not self._in_head
+        return not self._pending and self.state is not ReadState.HEAD
+
+    @property
+    def _closing(self) -> bool:
+        return self.state is ReadState.CLOSED
+
+    def _enter(self, state: ReadState) -> None:
+        """Move on as the parser reads, unless reading has ended: a callback can
+        close the connection while the parser goes on through the same bytes."""
+        if self.state is not ReadState.CLOSED and self.state is not ReadState.REJECTED:
+            self.state = state
 
     # ----------------------------------------------------------------- protocol
 
@@ -173,9 +197,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._feed(self._read_buffer[:nbytes])
 
     def _feed(self, data: bytes | memoryview) -> None:
-        if self._closing or self._rejection is not None:
+        state = self.state
+        if state is ReadState.CLOSED or state is ReadState.REJECTED:
             return
-        if self._reading is None or self._in_head:
+        if state is ReadState.BETWEEN or state is ReadState.HEAD:
             self._head_bytes += len(data)
         try:
             self._parser.feed_data(data)
@@ -183,10 +208,13 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._after_upgrade(data[exc.args[0] :])
             return
         except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, RequestRejected):
-                self._reject(exc.__context__.status, exc.__context__.reason)
+            # httptools sets __context__ to what our callback raised; a rejection
+            # is also kept by the callback, so it is told right without that.
+            raised, self._raised = self._raised or exc.__context__, None
+            if isinstance(raised, RequestRejected):
+                self._reject(raised.status, raised.reason)
             else:
-                log.error("internal error while reading a request", exc_info=exc.__context__)
+                log.error("internal error while reading a request", exc_info=raised or exc)
                 self._reject(500, "internal error while reading the request")
             return
         except httptools.HttpParserError as exc:
@@ -196,7 +224,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             else:
                 self._reject(400, f"malformed HTTP/1.1 request: {exc}")
             return
-        if self._in_head and self._head_bytes > MAX_HEAD_BYTES:
+        if self.state is ReadState.HEAD and self._head_bytes > MAX_HEAD_BYTES:
             self._reject(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
 
     def eof_received(self) -> bool:
@@ -206,7 +234,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closing = True
+        self.state = ReadState.CLOSED
         self._stop_timer()
         self._registry.discard(self)
         self._out.clear()
@@ -228,9 +256,9 @@ class ClientConnection(asyncio.BufferedProtocol):
     # ----------------------------------------------------------------- parser callbacks
 
     def on_message_begin(self) -> None:
-        if self._continuing:
+        if self.state is ReadState.UPGRADED_BODY:
             return
-        self._in_head = True
+        self._enter(ReadState.HEAD)
         self._url = b""
         self._headers = []
         self._head_size = 0
@@ -239,38 +267,50 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._arm_timer(self._limits.header_timeout, self._on_header_timeout)
 
     def on_url(self, url: bytes) -> None:
-        if self._continuing:
+        if self.state is ReadState.UPGRADED_BODY:
             return
         self._url += url
         self._head_size += len(url)
         if len(self._url) > MAX_TARGET_BYTES:
-            raise RequestRejected(414, f"request target longer than {MAX_TARGET_BYTES} bytes")
+            raise self._raising(
+                RequestRejected(414, f"request target longer than {MAX_TARGET_BYTES} bytes")
+            )
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._continuing:
+        if self.state is ReadState.UPGRADED_BODY:
             return
         # Lowercased once here: HTTP/2 wants it, and every later rule compares it.
         self._headers.append((name.lower(), value))
         self._head_size += len(name) + len(value) + 4  # ": " and CRLF
         if self._head_size > MAX_HEAD_BYTES:
-            raise RequestRejected(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+            raise self._raising(
+                RequestRejected(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+            )
+
+    def _raising(self, rejection: RequestRejected) -> RequestRejected:
+        self._raised = rejection
+        return rejection
 
     def on_headers_complete(self) -> None:
-        if self._continuing:
+        if self.state is ReadState.UPGRADED_BODY:
             return
         parser = self._parser
-        self._in_head = False
         self._head_bytes = 0
         if not self._pending:
             self._cancel_timer()
         method = parser.get_method()
         version = parser.get_http_version()
-        check_head(method, version, self._headers)
-        self._stats.requests += 1
+        try:
+            check_head(method, version, self._headers)
+        except RequestRejected as rejection:
+            self._raised = rejection
+            raise
+        self._stats.request_received()
         request = Request(method, self._url, self._headers, version, parser.should_keep_alive())
         request.upgrade = parser.should_upgrade()
         writer = ResponseWriter(self, request)
         handler = self._factory(request, writer)
+        self._enter(ReadState.BODY)
         self._reading = (handler, request)
         self._pending.append((handler, writer))
         if len(self._pending) == 1:
@@ -287,11 +327,11 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self._reading is None:
             return
         handler, request = self._reading
-        if request.upgrade and request.has_body and not self._continuing:
+        if request.upgrade and request.has_body and self.state is not ReadState.UPGRADED_BODY:
             # llhttp stops here and calls the rest "upgraded"; the body is ours.
-            self._body_after_upgrade = request
+            self._enter(ReadState.UPGRADING)
             return
-        self._continuing = False
+        self._enter(ReadState.BETWEEN)
         self._reading = None
         request.body_complete = True
         handler.end_body()
@@ -299,58 +339,38 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _after_upgrade(self, rest: bytes | memoryview) -> None:
         """``Upgrade`` is hop-by-hop and is not acted on: keep reading HTTP/1.1."""
         self._parser = httptools.HttpRequestParser(self)
-        request, self._body_after_upgrade = self._body_after_upgrade, None
-        if request is not None:
+        if self.state is ReadState.UPGRADING and self._reading is not None:
+            request = self._reading[1]
             framing = (
                 b"Transfer-Encoding: chunked"
                 if request.chunked
                 else b"Content-Length: %d" % (request.content_length or 0)
             )
-            self._continuing = True
+            self._enter(ReadState.UPGRADED_BODY)
             self._parser.feed_data(b"POST / HTTP/1.1\r\n" + framing + b"\r\n\r\n")
         if rest:
             self._feed(rest)
 
     # ----------------------------------------------------------------- timers
-    #
-    # One lazy deadline per connection: setting or clearing it costs no timer
-    # operation; the single timer re-arms itself when it fires before the deadline.
 
     def _arm_timer(self, delay: float, callback: Callable[[], None]) -> None:
         if self._closing:
             return
-        loop = self._loop
-        self._deadline = loop.time() + delay
         self._on_deadline = callback
-        if self._timer is not None and self._timer.when() > self._deadline:
-            self._timer.cancel()  # an earlier deadline than the one armed
-            self._timer = None
-        if self._timer is None:
-            self._timer = loop.call_at(self._deadline, self._on_timer)
+        self._timer.set(self._loop.time() + delay)
 
     def _cancel_timer(self) -> None:
-        self._on_deadline = None
+        self._timer.clear()
 
     def _stop_timer(self) -> None:
-        self._on_deadline = None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer.cancel()
 
     def _on_timer(self) -> None:
-        self._timer = None
-        callback = self._on_deadline
-        if callback is None or self._closing:
-            return
-        loop = self._loop
-        if loop.time() < self._deadline:
-            self._timer = loop.call_at(self._deadline, self._on_timer)
-            return
-        self._on_deadline = None
-        callback()
+        if not self._closing:
+            self._on_deadline()
 
     def _on_header_timeout(self) -> None:
-        if self._in_head:
+        if self.state is ReadState.HEAD:
             self._reject(408, "request head not received in time")
         elif not self._pending:
             self.close()  # connected but never sent a byte
@@ -396,10 +416,10 @@ class ClientConnection(asyncio.BufferedProtocol):
             return
         if self._pending:
             self._pending[0][0].start()
-        elif self._rejection is not None:
+        elif self.state is ReadState.REJECTED:
             self._send_rejection()
             return
-        elif self._in_head:
+        elif self.state is ReadState.HEAD:
             # A head that began while earlier requests were being answered: its
             # time to arrive whole starts now.
             self._arm_timer(self._limits.header_timeout, self._on_header_timeout)
@@ -422,7 +442,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         """Close after the queued output is written."""
         if self._transport is None or self._closing:
             return
-        self._closing = True
+        self.state = ReadState.CLOSED
         self._stop_timer()
         self._flush()
         self._transport.close()
@@ -431,7 +451,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         """Cut the connection after handing the socket what is queued: the client
         sees the response end early, not its start vanish."""
         self._flush()
-        self._closing = True
+        self.state = ReadState.CLOSED
         self._stop_timer()
         self._out.clear()
         if self._transport is not None:
@@ -466,19 +486,19 @@ class ClientConnection(asyncio.BufferedProtocol):
         then close (what follows it on the connection cannot be trusted)."""
         log.info("client request rejected: %d %s", status, text)
         if self._reading is None:  # a head: it ends here; a body's handler counts it
-            self._stats.requests += 1
-            self._stats.rejected += 1
-        self._stats.count_response(status)
-        self._in_head = False
+            self._stats.head_rejected(status)
+        else:
+            self._stats.count_response(status)
         self._cancel_timer()
         self.pause_reading()
         self._drop_unfinished_request()
+        self.state = ReadState.REJECTED
         self._rejection = (status, text)
         if not self._pending:
             self._send_rejection()
 
     def _send_rejection(self) -> None:
-        status, text = self._rejection or (400, "bad request")
+        status, text = self._rejection
         request = Request(b"GET", b"", [], "1.1", False)
         request.body_complete = True
         ResponseWriter(self, request).send_error(status, text)

@@ -4,7 +4,7 @@ An :class:`Exchange` is the listener's request handler and the upstream stream's
 sink. Its task only waits for a stream slot and for the outcome; body bytes flow
 through callbacks in both directions, so there is no task or copy per chunk.
 
-The request body is kept (:class:`~h2ping.retry.KeptBody`) until response
+The request body is kept (:class:`~h2ping.forward.retry.KeptBody`) until response
 headers arrive, so a stream the upstream refused without processing it
 (REFUSED_STREAM, or above a GOAWAY's last_stream_id) can be replayed on another
 connection. Nothing else is replayed: the upstream may have acted on it.
@@ -16,19 +16,18 @@ import asyncio
 import dataclasses
 import logging
 import random
+from collections.abc import Callable
 
-from h2.errors import ErrorCodes
-
-from . import errors
-from .config import Upstream
-from .errors import UpstreamError
-from .fields import Header
+from .. import errors
+from ..config import Upstream
+from ..errors import UpstreamError
+from ..fields import Header
+from ..http1.messages import Request, ResponseWriter
+from ..http2.streams import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
+from ..stats import Stats
 from .headers import MalformedResponse, request_headers, response_head
-from .http1 import Request, ResponseWriter
 from .pool import Pool
 from .retry import BUDGET_REACHED, KeptBody, RetryBudget
-from .stats import Stats
-from .upstream import SEND_HIGH_WATER, SlotLost, StreamSlot, UpstreamStream
 
 log = logging.getLogger("h2ping.exchange")
 
@@ -63,6 +62,10 @@ class ExchangeContext:
     retry_budget: RetryBudget
     stats: Stats
     live: set[Exchange]  # not yet finished (a pipelined one waiting its turn included)
+    #: How a replay's pause is scheduled and jittered: the running loop's
+    #: call_later and random.random, unless a test gives a clock of its own.
+    call_later: Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None = None
+    jitter: Callable[[], float] = random.random
 
 
 class Exchange:
@@ -138,12 +141,12 @@ class Exchange:
         stream = self._stream
         if stream is not None:
             stream.send(data)
-            if stream.pending_bytes > SEND_HIGH_WATER:
+            if stream.backlogged:
                 self._writer.pause_reading()
         else:
             self._unsent.append(data)
             self._unsent_bytes += len(data)
-            if self._unsent_bytes > SEND_HIGH_WATER:
+            if send_backlog_full(self._unsent_bytes):
                 self._writer.pause_reading()
 
     def end_body(self) -> None:
@@ -158,19 +161,19 @@ class Exchange:
     def cancel(self) -> None:
         """The client went away."""
         if not self._finished:
-            self._ctx.stats.cancelled += 1
+            self._ctx.stats.request_cancelled()
         self._stop()
 
     def reject(self) -> None:
         """The request body was malformed: the listener answers it with a 4xx."""
         if not self._finished:
-            self._ctx.stats.rejected += 1
+            self._ctx.stats.request_rejected()
         self._stop()
 
     def cut(self) -> None:
         """The proxy is shutting down and the grace period is over."""
         if not self._finished:
-            self._ctx.stats.cut_at_shutdown += 1
+            self._ctx.stats.request_cut()
         self._stop()
 
     def _stop(self) -> None:
@@ -193,7 +196,7 @@ class Exchange:
             status, fields = response_head(headers)
         except MalformedResponse as exc:
             if self._stream is not None:
-                self._stream.cancel(ErrorCodes.PROTOCOL_ERROR)
+                self._stream.reject_response()
             self.on_error(
                 UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"malformed response header block: {exc}")
             )
@@ -215,7 +218,7 @@ class Exchange:
 
     def on_end(self) -> None:
         self._stream = None
-        self._ctx.stats.completed += 1
+        self._ctx.stats.request_completed()
         self._finish()
         self._writer.end()
 
@@ -277,7 +280,7 @@ class Exchange:
         self._unsent_bytes = 0
         if self._body_ended and not end_now:
             stream.end()
-        if stream.pending_bytes < SEND_HIGH_WATER:
+        if not stream.backlogged:
             self._writer.resume_reading()
 
     def _attempt_failed(self, error: UpstreamError) -> None:
@@ -286,16 +289,18 @@ class Exchange:
         if self._may_replay(error):
             self._attempt += 1
             self._answered_mark = self._ctx.pool.answered
-            self._ctx.stats.replays += 1
+            self._ctx.stats.request_replayed()
             log.info(
                 "%s: replaying (%s), attempt %d", self._where(), error.detail, self._attempt + 1
             )
             if self._attempt == 1:
                 self._next_attempt()
             else:  # refused again: give the upstream a moment (jittered, doubling)
+                ctx = self._ctx
                 pause = min(REPLAY_BACKOFF * 2 ** (self._attempt - 2), REPLAY_MAX_PAUSE / 2)
-                delay = pause * (1 + random.random())
-                self._backoff = asyncio.get_running_loop().call_later(delay, self._next_attempt)
+                delay = pause * (1 + ctx.jitter())
+                call_later = ctx.call_later or asyncio.get_running_loop().call_later
+                self._backoff = call_later(delay, self._next_attempt)
             return
         self._finish()
         self._fail(error)
@@ -332,24 +337,23 @@ class Exchange:
         stats = self._ctx.stats
         if self._writer.started and self._writer.retract():
             # Nothing of the response reached the client yet: a 502 can stand in.
-            stats.responses[f"{self._status // 100}xx"] -= 1
+            stats.response_retracted(self._status)
         # One line per failed request: the request, the connection, the cause.
         cause = {"cause": error.error}
         if self._writer.started:
             log.warning(
                 "%s: response aborted after headers: %s", self._where(error), error, extra=cause
             )
-            stats.aborted += 1
+            stats.request_aborted()
             self._writer.abort()
             return
         if error.retryable and not self._body.kept:
-            stats.replays_refused_for_size += 1
+            stats.replay_refused_for_size()
             error = UpstreamError(error.error, f"{error.detail}; not retried: {self._body.reason}")
         elif error.retryable:
             error = UpstreamError(
                 error.error, f"{error.detail}; gave up after {self._attempt} replays"
             )
         log.warning("%s: 502 %s", self._where(error), error, extra=cause)
-        stats.failed += 1
-        stats.count_response(502)
+        stats.request_failed(502)
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))

@@ -6,27 +6,25 @@ no extra dependency and cannot disturb forwarding: ``/healthz`` and ``/metrics``
 answered at once from counters, and ``/readyz`` waits at most ``READY_TIMEOUT``
 for an upstream connection, in its own task.
 
-With ``--workers N`` worker 1 serves it for all (:mod:`h2ping.siblings`):
+With ``--workers N`` worker 1 serves it for all (:mod:`h2ping.process.siblings`):
 ``/metrics`` adds up every worker's numbers, waiting at most ``METRICS_TIMEOUT``
 for the others, and ``/readyz`` is ready only when every worker serves.
-``/metrics`` is written by :mod:`h2ping.metrics`.
+``/metrics`` is written by :mod:`h2ping.process.metrics`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 import httptools
 
-from .config import HostPort
-from .metrics import Metrics, Snapshot, Workers, render
-from .proxy import AdminListenError
+from ..config import HostPort
+from ..errors import AdminListenError
+from ..http1.messages import reason_phrase
+from .metrics import Metrics, Observed, Snapshot, Workers, render
 from .siblings import Siblings
-
-if TYPE_CHECKING:
-    from .proxy import Proxy
 
 log = logging.getLogger("h2ping.admin")
 
@@ -41,16 +39,19 @@ MAX_REQUEST_BYTES = 16 * 1024
 
 TEXT = "text/plain; charset=utf-8"
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            431: "Request Header Fields Too Large", 500: "Internal Server Error",
-            503: "Service Unavailable"}  # fmt: skip
+
+
+class Served(Observed, Protocol):
+    """What the admin endpoint reads of its proxy."""
+
+    async def readiness(self, timeout: float) -> str | None: ...
 
 
 class AdminServer:
-    """Serves the admin endpoint of one :class:`~h2ping.proxy.Proxy`, and with
+    """Serves the admin endpoint of one :class:`~h2ping.process.proxy.Proxy`, and with
     ``siblings`` of the other workers too."""
 
-    def __init__(self, proxy: Proxy, listen: HostPort, siblings: Siblings | None = None) -> None:
+    def __init__(self, proxy: Served, listen: HostPort, siblings: Siblings | None = None) -> None:
         self._proxy = proxy
         self._listen = listen
         self._siblings = siblings
@@ -196,7 +197,7 @@ class _AdminConnection(asyncio.Protocol):
             return
         payload = body.encode()
         head = (
-            f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+            f"HTTP/1.1 {status} {reason_phrase(status).decode()}\r\n"
             f"Content-Type: {content_type}\r\n"
             f"Content-Length: {len(payload)}\r\n"
             "Cache-Control: no-store\r\n"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .config import (
+from ..config import (
     LOG_LEVELS,
     MAX_CONN_AGE_CEILING_SECONDS,
     Config,

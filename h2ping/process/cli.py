@@ -23,13 +23,15 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
-from .config import Config
+from .._version import __version__
+from ..config import Config
+from ..errors import AdminListenError, BindError
+from ..http2 import fastpaths
+from ..logs import LIFECYCLE, plural, setup_logging
+from ..sockets import raise_nofile_limit
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
 from .heap import HeapTrimmer
-from .logs import LIFECYCLE, setup_logging
-from .proxy import AdminListenError, BindError, Proxy, bind_listener
-from .sockets import raise_nofile_limit
+from .proxy import Proxy, bind_listener
 
 if TYPE_CHECKING:
     from .siblings import Links
@@ -88,10 +90,6 @@ def remove_ready_file(path: str | None) -> None:
         os.unlink(path)
 
 
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
 async def serve(
     config: Config,
     sock: socket.socket | None = None,
@@ -118,7 +116,7 @@ async def serve(
         lifecycle.info(
             "%s: draining %s (up to %gs)",
             signal.Signals(signum).name,
-            _plural(proxy.in_flight, "in-flight request"),
+            plural(proxy.in_flight, "in-flight request"),
             config.shutdown_grace,
         )
         stopping.set()
@@ -188,6 +186,7 @@ def _run_workers(config: Config) -> int:
     """The parent of ``-workers N``: binds the one socket, forks, writes the ready file."""
     from .workers import run_workers  # not needed by a single process
 
+    fastpaths.enabled()  # probed once, here: the workers inherit the outcome
     try:
         sock = bind_listener(config.listen)
     except BindError as exc:

@@ -15,12 +15,12 @@ import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from .config import Config
-from .dial import connect
-from .errors import UpstreamError
-from .logs import plural
-from .stats import Stats
-from .upstream import ConnState, StreamSlot, UpstreamConnection
+from ..config import Config
+from ..errors import PROXY_INTERNAL_ERROR, UpstreamError
+from ..http2.dial import connect
+from ..http2.upstream import ConnState, StreamSlot, UpstreamConnection
+from ..logs import plural
+from ..stats import Stats
 
 log = logging.getLogger("h2ping.pool")
 
@@ -34,7 +34,7 @@ class Pool:
         *,
         dial: Callable[..., Awaitable[UpstreamConnection]] = connect,
     ) -> None:
-        """``dial`` opens a connection, with :func:`~h2ping.dial.connect`'s arguments."""
+        """``dial`` opens a connection, with :func:`~h2ping.http2.dial.connect`'s arguments."""
         self._config = config
         self._dial = dial
         self._stats = stats
@@ -63,7 +63,7 @@ class Pool:
         The caller must either ``open`` it or ``release`` it.
         """
         if self._closed:
-            raise UpstreamError("proxy_internal_error", "proxy is shutting down")
+            raise UpstreamError(PROXY_INTERNAL_ERROR, "proxy is shutting down")
         slot = self.try_acquire()
         if slot is not None:
             return slot
@@ -93,7 +93,7 @@ class Pool:
             self._connecting.cancel()
         for conn in list(self._conns):
             conn.close("proxy shutting down")
-        self._fail_waiters(UpstreamError("proxy_internal_error", "proxy is shutting down"))
+        self._fail_waiters(UpstreamError(PROXY_INTERNAL_ERROR, "proxy is shutting down"))
 
     # ----------------------------------------------------------------- internals
 
@@ -140,7 +140,12 @@ class Pool:
                 self._stats,
                 self._on_conn_age,
             )
-        except UpstreamError as exc:
+        except Exception as exc:
+            if not isinstance(exc, UpstreamError):  # a bug of ours: fail, never hang
+                log.exception(
+                    "conn=%d connect to %s: internal error", conn_id, self._config.upstream
+                )
+                exc = UpstreamError(PROXY_INTERNAL_ERROR, "internal error while connecting")
             exc.conn_id = conn_id
             # Each request waiting for it logs the failure, naming itself and this
             # conn: one line per failure. Nobody waiting (a successor): say it here.
@@ -151,7 +156,7 @@ class Pool:
             self._fail_waiters(exc)
             return
         self._connecting = None
-        self._stats.connections_opened += 1
+        self._stats.connection_opened()
         log.debug("conn=%d open to %s, max streams %d", conn_id, conn.upstream, conn.max_streams)
         if self._closed:
             conn.close("proxy shutting down")
@@ -168,7 +173,7 @@ class Pool:
         if conn.state is not ConnState.OPEN:
             return
         if not conn.busy and not self._waiters:
-            self._stats.retired += 1
+            self._stats.connection_retired()
             log.info("conn=%d reached its age limit (%.1fs) idle: closing", conn.id, conn.age_limit)
             conn.retire("max-conn-age")
             return
@@ -185,7 +190,7 @@ class Pool:
         for conn in retiring:
             if conn.state is not ConnState.OPEN:
                 continue  # ended meanwhile
-            self._stats.retired += 1
+            self._stats.connection_retired()
             log.info("conn=%d retired: finishing %s", conn.id, plural(len(conn.streams), "stream"))
             conn.retire("max-conn-age")
 

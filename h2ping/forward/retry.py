@@ -16,7 +16,7 @@ request body is still at hand. So each exchange keeps its body in a
 
 from __future__ import annotations
 
-from .stats import Stats
+from ..stats import Stats
 
 #: Why a body is not kept (the ``not retried: ...`` part of a 502's details).
 TOO_LARGE = "request body larger than retry-body-limit"
@@ -35,16 +35,14 @@ class RetryBudget:
     def reserve(self, nbytes: int) -> bool:
         """Charge ``nbytes``; False (and one more unkept body) if they do not fit."""
         if self.used + nbytes > self.limit:
-            self._stats.unkept_bodies += 1
+            self._stats.body_unkept()
             return False
         self.used += nbytes
         self.peak = max(self.peak, self.used)
-        self._stats.retry_buffer_bytes = self.used
         return True
 
     def release(self, nbytes: int) -> None:
         self.used -= nbytes
-        self._stats.retry_buffer_bytes = self.used
 
 
 class KeptBody:

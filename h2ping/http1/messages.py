@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .fields import Header
+from ..fields import Header
 
 #: Limits on a request head. Beyond them: 414 for the target, 431 for the fields.
 MAX_TARGET_BYTES = 16 * 1024

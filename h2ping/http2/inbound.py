@@ -1,0 +1,98 @@
+"""When an upstream connection handles what it read: in turns, so that one
+connection moving at full speed leaves the event loop to the others.
+
+Each loop iteration, a connection handles about INBOUND_BATCH of its inbound
+frames (over all the reads the loop hands over in that iteration). If more is
+waiting, it stops reading the transport and takes the next batch in the next
+iteration; so the backlog stays about one read. Unread bytes wait in the kernel,
+or in h2ping's TLS layer, which hands them over in order before any close (see
+:mod:`h2ping.http2.tlslayer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+#: At most about this much of what the upstream sent is handled per loop turn
+#: (its DATA delivered to clients included), so that one response moving at
+#: full speed leaves the event loop to the others.
+INBOUND_BATCH = 64 * 1024
+#: The most one read takes from the socket: a turn's share, and a TLS record more.
+READ_SIZE = INBOUND_BATCH + 16 * 1024
+
+
+class InboundTurns:
+    """The inbound schedule of one connection.
+
+    ``take_batch(budget)`` handles about ``budget`` bytes of the backlog and
+    returns how many; ``backlog_ready()`` says whether whole frames wait;
+    ``over()`` whether the connection has ended (then nothing more is taken)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        take_batch: Callable[[int], int],
+        backlog_ready: Callable[[], bool],
+        over: Callable[[], bool],
+    ) -> None:
+        self._loop = loop
+        self._take_batch = take_batch
+        self._backlog_ready = backlog_ready
+        self._over = over
+        self._transport: asyncio.Transport | None = None
+        self._next: asyncio.Handle | None = None  # the next batch, next iteration
+        self._reset: asyncio.Handle | None = None  # ends this iteration's share
+        self._taken = 0  # inbound bytes handled in this loop iteration
+        self._read_paused = False  # while frames wait for their turn
+
+    def attach(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+
+    def arrived(self) -> None:
+        """Bytes were added to the backlog."""
+        if self._next is None:  # else the next turn takes these bytes too
+            self._take_turn()
+
+    def stop(self) -> None:
+        """No more turns (the connection ended, or takes the rest at once)."""
+        for handle in (self._next, self._reset):
+            if handle is not None:
+                handle.cancel()
+        self._next = self._reset = None
+
+    def _take_turn(self) -> None:
+        """Handle what arrived, up to this iteration's share; leave the rest for
+        the next, not reading meanwhile."""
+        taken = self._take_batch(INBOUND_BATCH - self._taken)
+        if self._over():
+            return
+        self._taken += taken
+        transport = self._transport
+        if self._backlog_ready() or self._taken >= INBOUND_BATCH:
+            # Paused even with nothing left: else the loop would hand over the
+            # next read in this same iteration (uvloop reads up to 32 times).
+            if self._reset is not None:
+                self._reset.cancel()
+                self._reset = None
+            self._next = self._loop.call_soon(self._next_turn)
+            if not self._read_paused and transport is not None and not transport.is_closing():
+                self._read_paused = True
+                transport.pause_reading()
+            return
+        if self._read_paused:
+            self._read_paused = False
+            if transport is not None and not transport.is_closing():
+                transport.resume_reading()
+        if self._taken and self._reset is None:
+            self._reset = self._loop.call_soon(self._end_iteration)
+
+    def _next_turn(self) -> None:
+        self._next = None
+        self._taken = 0
+        self._take_turn()
+
+    def _end_iteration(self) -> None:
+        """Reads in the next loop iteration get a share of their own."""
+        self._reset = None
+        self._taken = 0

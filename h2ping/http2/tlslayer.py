@@ -1,0 +1,313 @@
+"""TLS for an upstream connection, done by h2ping over the event loop's TCP transport.
+
+The event loops' own SSL transports lose bytes they hold when the TCP connection
+ends. uvloop's, on a bare FIN, shuts down without decrypting what it still holds:
+everything that came in while its protocol had paused reading, and the rest of a
+read that did not fit the protocol's buffer. asyncio's decrypts once more and
+drops what did not fit. A server that sends its last responses and closes at once
+(as every server does after a GOAWAY) thus cut the tail off the last of them.
+
+Here an ``ssl.SSLObject`` works over a pair of memory BIOs, and the rules are:
+
+- While the protocol reads, every byte TLS can decrypt is handed over before
+  control goes back to the loop (several ``buffer_updated`` calls when one
+  buffer does not hold it).
+- When the protocol pauses reading, the TCP transport pauses too, so what is not
+  read yet waits in the kernel, which delivers it, in order, before a FIN. At
+  most one read's worth waits in the incoming BIO.
+- When the connection ends (FIN, close_notify, reset), whatever TLS still holds
+  is handed over first, paused or not, then ``connection_lost``.
+
+What this assumes of the loop's TCP transport (asyncio's and uvloop's; tested on
+both): a buffered protocol's ``buffer_updated`` calls come in stream order;
+``eof_received`` comes after the last byte and never while reading is paused;
+``pause_reading()`` called inside ``buffer_updated`` holds back the next read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import ssl
+from typing import Any
+
+#: One TCP read at most: four full TLS records and their overhead.
+TCP_READ_SIZE = 4 * (16 * 1024 + 256)
+
+
+class _State(enum.Enum):
+    HANDSHAKE = "handshake"
+    OPEN = "open"  # the protocol has had connection_made
+    CLOSING = "closing"  # the protocol closed or aborted its side
+    CLOSED = "closed"
+
+
+class TLSLayer(asyncio.BufferedProtocol):
+    """The TCP transport's protocol: TLS client side, with ``app`` on top.
+
+    ``handshake`` resolves once TLS is up (and ``app`` has had ``connection_made``),
+    or fails with the ``ssl.SSLError`` or ``OSError`` that stopped it."""
+
+    def __init__(
+        self, app: asyncio.BufferedProtocol, context: ssl.SSLContext, server_hostname: str
+    ) -> None:
+        self._app = app
+        self._incoming = ssl.MemoryBIO()
+        self._outgoing = ssl.MemoryBIO()
+        self.ssl_object = context.wrap_bio(
+            self._incoming, self._outgoing, server_side=False, server_hostname=server_hostname
+        )
+        self._loop = asyncio.get_running_loop()
+        self.handshake: asyncio.Future[None] = self._loop.create_future()
+        self._state = _State.HANDSHAKE
+        self._tcp: asyncio.Transport | None = None
+        self._read_buffer = memoryview(bytearray(TCP_READ_SIZE))
+        self._transport = TLSTransport(self)
+        self._app_paused = False
+        self._tcp_paused = False
+        self._resume_scheduled = False
+        self._app_connected = False  # the protocol has had connection_made
+        self._error: Exception | None = None  # a TLS failure after the handshake
+
+    # --------------------------------------------------------- TCP transport's side
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._tcp = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
+        self._step_handshake()
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._incoming.write(self._read_buffer[:nbytes])
+        if self._state is _State.HANDSHAKE:
+            self._step_handshake()
+        elif self._state is _State.OPEN and not self._app_paused:
+            self._deliver()
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes; connection_lost hands over what is left
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        state, self._state = self._state, _State.CLOSED
+        if not self._app_connected:
+            self._fail_handshake(exc or ssl.SSLEOFError("the peer closed during the handshake"))
+            return
+        if state is _State.OPEN:
+            self._deliver(to_the_end=True)
+        self._app_connected = False
+        self._app.connection_lost(exc or self._error)
+
+    def pause_writing(self) -> None:
+        if self._app_connected:
+            self._app.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._app_connected:
+            self._app.resume_writing()
+
+    # --------------------------------------------------------------- TLS itself
+
+    def _step_handshake(self) -> None:
+        try:
+            self.ssl_object.do_handshake()
+        except ssl.SSLWantReadError:
+            self._send_outgoing()
+            return
+        except (ssl.SSLError, ssl.CertificateError) as exc:
+            self._send_outgoing()  # the alert, if any
+            self._state = _State.CLOSING
+            self._fail_handshake(exc)
+            if self._tcp is not None:
+                self._tcp.close()
+            return
+        self._send_outgoing()
+        self._state = _State.OPEN
+        self.handshake.set_result(None)
+        self._app_connected = True
+        self._app.connection_made(self._transport)
+        if self._state is _State.OPEN and not self._app_paused:
+            self._deliver()  # application data that came with the handshake's end
+
+    def _fail_handshake(self, exc: BaseException) -> None:
+        if not self.handshake.done():
+            self.handshake.set_exception(exc)
+            self.handshake.exception()  # the dialler may have stopped waiting
+
+    def _deliver(self, to_the_end: bool = False) -> None:
+        """Hand the protocol every byte TLS can decrypt now, unless it pauses
+        (``to_the_end``: the connection is over, it gets everything)."""
+        app, tls, incoming = self._app, self.ssl_object, self._incoming
+        more = True
+        peer_closed = False
+        while more and (to_the_end or not self._app_paused):
+            if self._state is _State.CLOSING:
+                return  # the protocol closed its side: it wants no more
+            # One read gives one TLS record at most: fill the buffer with as many
+            # as it holds, so the protocol handles them in one call.
+            buffer = memoryview(app.get_buffer(-1))
+            size = len(buffer)
+            filled = 0
+            try:
+                while filled < size and (incoming.pending or tls.pending()):
+                    # With a buffer, read() returns a count (typeshed says bytes).
+                    count: int = tls.read(size - filled, buffer[filled:] if filled else buffer)  # type: ignore[assignment]
+                    if not count:  # close_notify: the peer will send nothing more
+                        more = False
+                        peer_closed = True
+                        break
+                    filled += count
+                else:
+                    more = filled == size
+            except ssl.SSLWantReadError:
+                more = False  # the rest of a record is still on its way
+            except ssl.SSLError as exc:
+                self._fatal(exc)
+                return
+            if filled:
+                app.buffer_updated(filled)
+        if to_the_end:
+            return
+        self._send_outgoing()  # what reading produced: a KeyUpdate's answer
+        if peer_closed and self._tcp is not None:
+            self._tcp.close()  # connection_lost follows, with nothing left to hand over
+        elif self._app_paused and not self._tcp_paused:
+            self._pause_tcp()
+
+    def _send_outgoing(self) -> None:
+        if self._outgoing.pending and self._tcp is not None and not self._tcp.is_closing():
+            self._tcp.write(self._outgoing.read())
+
+    def _fatal(self, exc: Exception) -> None:
+        """TLS failed after the handshake (a bad record, say): end the connection."""
+        self._error = exc
+        if self._tcp is not None:
+            self._tcp.abort()
+
+    def _pause_tcp(self) -> None:
+        self._tcp_paused = True
+        if self._tcp is not None and not self._tcp.is_closing():
+            self._tcp.pause_reading()
+
+    # ------------------------------------------------------- the protocol's side
+
+    def _app_write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._state is not _State.OPEN or not data:
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self.ssl_object.write(view) :]
+        except ssl.SSLError as exc:
+            self._fatal(exc)
+            return
+        self._send_outgoing()
+
+    def _app_close(self) -> None:
+        if self._state is not _State.OPEN:
+            return
+        self._state = _State.CLOSING
+        # SSLWantReadError: unwrap() queued our close_notify and waits for the
+        # peer's, which we do not need.
+        with contextlib.suppress(ssl.SSLError):
+            self.ssl_object.unwrap()
+        self._send_outgoing()
+        if self._tcp is not None:
+            self._tcp.close()
+
+    def _app_abort(self) -> None:
+        if self._state is not _State.OPEN:
+            return
+        self._state = _State.CLOSING
+        if self._tcp is not None:
+            self._tcp.abort()
+
+    def _app_pause_reading(self) -> None:
+        if self._app_paused:
+            return
+        self._app_paused = True
+        if not self._tcp_paused:
+            self._pause_tcp()
+
+    def _app_resume_reading(self) -> None:
+        if not self._app_paused:
+            return
+        self._app_paused = False
+        if not self._resume_scheduled and self._tcp is not None:
+            # Not from inside the protocol's own call: what TLS holds comes next turn.
+            self._resume_scheduled = True
+            self._loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        self._resume_scheduled = False
+        if self._state is not _State.OPEN or self._app_paused:
+            return
+        self._deliver()
+        if not self._app_paused and self._tcp_paused:
+            self._tcp_paused = False
+            if self._tcp is not None and not self._tcp.is_closing():
+                self._tcp.resume_reading()
+
+    def _extra_info(self, name: str, default: Any) -> Any:
+        if name == "ssl_object":
+            return self.ssl_object
+        if name == "sslcontext":
+            return self.ssl_object.context
+        if name == "peercert":
+            return self.ssl_object.getpeercert()
+        if name == "cipher":
+            return self.ssl_object.cipher()
+        if name == "compression":
+            return self.ssl_object.compression()
+        return default if self._tcp is None else self._tcp.get_extra_info(name, default)
+
+    def _app_is_closing(self) -> bool:
+        return self._state is not _State.OPEN or self._tcp is None or self._tcp.is_closing()
+
+
+class TLSTransport(asyncio.Transport):
+    """What the protocol on top of a :class:`TLSLayer` writes to and pauses."""
+
+    def __init__(self, layer: TLSLayer) -> None:
+        super().__init__()
+        self._layer = layer
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._layer._app_write(data)
+
+    def writelines(self, list_of_data: Any) -> None:
+        self._layer._app_write(b"".join(list_of_data))
+
+    def close(self) -> None:
+        self._layer._app_close()
+
+    def abort(self) -> None:
+        self._layer._app_abort()
+
+    def is_closing(self) -> bool:
+        return self._layer._app_is_closing()
+
+    def pause_reading(self) -> None:
+        self._layer._app_pause_reading()
+
+    def resume_reading(self) -> None:
+        self._layer._app_resume_reading()
+
+    def is_reading(self) -> bool:
+        return not self._layer._app_paused
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        tcp = self._layer._tcp
+        return 0 if tcp is None else tcp.get_write_buffer_size()
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        tcp = self._layer._tcp
+        if tcp is not None:
+            tcp.set_write_buffer_limits(high, low)
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._layer._extra_info(name, default)

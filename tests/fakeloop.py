@@ -1,0 +1,52 @@
+"""An event loop's clock and timers, moved by the test: no real sleeps."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+
+class FakeTimer:
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeLoop:
+    """The two things timers ask of a loop (``time``, ``call_at``), on a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self._timers: list[tuple[float, int, FakeTimer, Callable[[], None]]] = []
+        self._seq = itertools.count()
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[..., None], *args: Any) -> FakeTimer:
+        timer = FakeTimer()
+        heapq.heappush(self._timers, (when, next(self._seq), timer, lambda: callback(*args)))
+        return timer
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock, firing every timer due on the way, in order."""
+        end = self.now + seconds
+        while self._timers and self._timers[0][0] <= end:
+            when, _, timer, run = heapq.heappop(self._timers)
+            self.now = max(self.now, when)
+            if not timer.cancelled:
+                run()
+        self.now = end
+
+    @property
+    def pending(self) -> int:
+        return sum(not t.cancelled for _, _, t, _ in self._timers)
+
+    @property
+    def armed(self) -> list[float]:
+        """When the timers not cancelled are due, soonest first."""
+        return sorted(when for when, _, t, _ in self._timers if not t.cancelled)

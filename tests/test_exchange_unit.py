@@ -1,0 +1,267 @@
+"""Exchange's replay policy without sockets or sleeps: a fake pool hands out fake
+streams, a recording sink stands in for the client, and replay pauses are
+collected from an injected ``call_later`` and run by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from h2ping.config import parse_upstream
+from h2ping.errors import UpstreamError
+from h2ping.forward.exchange import (
+    MAX_REPLAYS,
+    MAX_REPLAYS_WITH_PROGRESS,
+    REPLAY_BACKOFF,
+    REPLAY_MAX_PAUSE,
+    Exchange,
+    ExchangeContext,
+)
+from h2ping.forward.retry import TOO_LARGE, RetryBudget
+from h2ping.http1.messages import Request, ResponseWriter
+from h2ping.stats import Stats
+
+REFUSED = "connection_refused"
+
+
+def refused() -> UpstreamError:
+    return UpstreamError(REFUSED, "REFUSED_STREAM", retryable=True)
+
+
+class FakeStream:
+    def __init__(self, stream_id: int, sink: Exchange, end_stream: bool) -> None:
+        self.stream_id = stream_id
+        self.sink = sink
+        self.sent: list[bytes] = []
+        self.ended = end_stream
+        self.backlogged = False
+        self.cancelled = False
+        self.acked = 0
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def end(self) -> None:
+        self.ended = True
+
+    def ack(self, nbytes: int) -> None:
+        self.acked += nbytes
+
+    def ack_held(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def reject_response(self) -> None:
+        self.cancelled = True
+
+
+class FakeConn:
+    id = 1
+
+
+class FakeSlot:
+    conn = FakeConn()
+
+    def __init__(self, pool: FakePool) -> None:
+        self._pool = pool
+
+    def open(self, headers: Any, sink: Exchange, *, end_stream: bool) -> FakeStream:
+        stream = FakeStream(2 * len(self._pool.streams) + 1, sink, end_stream)
+        self._pool.streams.append(stream)
+        return stream
+
+    def release(self) -> None:
+        pass
+
+
+class FakePool:
+    """Always a free slot; ``answered`` counts the upstream's answers to others."""
+
+    def __init__(self) -> None:
+        self.streams: list[FakeStream] = []
+        self.answered = 0
+
+    def try_acquire(self) -> FakeSlot:
+        return FakeSlot(self)
+
+    async def acquire(self) -> FakeSlot:
+        return FakeSlot(self)
+
+
+class Sink:
+    """The client connection's side of a ResponseWriter: what it was sent."""
+
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self.flushes = 0
+        self.write_paused = False
+        self.done = False
+        self.aborted = False
+        self.reading = True
+
+    def send(self, *parts: bytes) -> None:
+        for part in parts:
+            self.out += part
+
+    def unqueue(self, mark: int) -> None:
+        del self.out[mark:]
+
+    def queued(self) -> int:
+        return len(self.out)
+
+    def response_done(self, writer: ResponseWriter) -> None:
+        self.done = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+
+class Clock:
+    """Collects the pauses the exchange asks for; runs them when told."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+        self._due: list[Callable[[], None]] = []
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Any:
+        self.delays.append(delay)
+        self._due.append(callback)
+        return self
+
+    def cancel(self) -> None:
+        self._due.clear()
+
+    def run_due(self) -> bool:
+        if not self._due:
+            return False
+        self._due.pop(0)()
+        return True
+
+
+class Setup:
+    def __init__(self, body: bytes = b"abc", retry_body_limit: int = 1024) -> None:
+        self.pool = FakePool()
+        self.stats = Stats()
+        self.clock = Clock()
+        self.sink = Sink()
+        ctx = ExchangeContext(
+            pool=self.pool,
+            upstream=parse_upstream("https://api.example"),
+            retry_body_limit=retry_body_limit,
+            retry_budget=RetryBudget(1 << 20, self.stats),
+            stats=self.stats,
+            live=set(),
+            call_later=self.clock.call_later,
+            jitter=lambda: 0.5,
+        )
+        headers = [(b"host", b"x"), (b"content-length", b"%d" % len(body))]
+        request = Request(b"POST", b"/r", headers, "1.1", True)
+        request.body_complete = True
+        self.exchange = Exchange(ctx, request, ResponseWriter(self.sink, request))
+        self.exchange.start()
+        self.exchange.feed_body(body)
+        self.exchange.end_body()
+
+    @property
+    def stream(self) -> FakeStream:
+        return self.pool.streams[-1]
+
+    def refuse(self, times: int, progress: bool = False) -> None:
+        """The upstream refuses the current attempt ``times`` times in a row."""
+        for _ in range(times):
+            if progress:
+                self.pool.answered += 1
+            self.stream.sink.on_error(refused())
+            self.clock.run_due()
+
+
+def test_a_refused_stream_is_replayed_at_once_with_the_whole_body() -> None:
+    setup = Setup(body=b"abc")
+    setup.refuse(1)
+    first, second = setup.pool.streams
+    assert (first.sent, second.sent, second.ended) == ([b"abc"], [b"abc"], True)
+    assert setup.clock.delays == []  # the first replay does not wait
+    assert setup.stats.replays == 1
+
+
+def test_later_replays_pause_doubling_with_jitter_under_the_cap() -> None:
+    setup = Setup()
+    setup.refuse(MAX_REPLAYS)
+    expected = [
+        min(REPLAY_BACKOFF * 2**n, REPLAY_MAX_PAUSE / 2) * 1.5 for n in range(MAX_REPLAYS - 1)
+    ]
+    assert setup.clock.delays == pytest.approx(expected)
+    assert max(setup.clock.delays) < REPLAY_MAX_PAUSE
+
+
+def test_without_progress_elsewhere_it_gives_up_after_max_replays() -> None:
+    setup = Setup()
+    setup.refuse(MAX_REPLAYS + 1)
+    assert len(setup.pool.streams) == MAX_REPLAYS + 1
+    assert (setup.stats.replays, setup.stats.failed, setup.stats.responses["5xx"]) == (6, 1, 1)
+    assert setup.sink.out.startswith(b"HTTP/1.1 502 ")
+    assert b"gave up after %d replays" % MAX_REPLAYS in setup.sink.out
+
+
+def test_while_the_upstream_answers_others_it_goes_on_up_to_the_limit() -> None:
+    setup = Setup()
+    setup.refuse(MAX_REPLAYS_WITH_PROGRESS + 1, progress=True)
+    assert len(setup.pool.streams) == MAX_REPLAYS_WITH_PROGRESS + 1
+    assert setup.stats.replays == MAX_REPLAYS_WITH_PROGRESS
+    assert b"gave up after %d replays" % MAX_REPLAYS_WITH_PROGRESS in setup.sink.out
+
+
+def test_progress_must_continue_past_max_replays() -> None:
+    setup = Setup()
+    setup.refuse(MAX_REPLAYS, progress=True)
+    setup.refuse(1, progress=True)  # still answering others: one more
+    setup.refuse(1)  # nothing answered since: the end
+    assert setup.stats.replays == MAX_REPLAYS + 1
+    assert setup.sink.out.startswith(b"HTTP/1.1 502 ")
+
+
+def test_a_started_response_is_never_replayed() -> None:
+    setup = Setup()
+    setup.stream.sink.on_response([(b":status", b"200")], end_stream=False)
+    setup.sink.flushes += 1  # the head reached the socket
+    setup.stream.sink.on_error(refused())
+    assert setup.clock.run_due() is False
+    assert len(setup.pool.streams) == 1
+    assert (setup.stats.replays, setup.stats.aborted) == (0, 1)
+    assert setup.sink.aborted
+
+
+def test_a_response_still_unsent_gives_way_to_a_502() -> None:
+    setup = Setup()
+    setup.stream.sink.on_response([(b":status", b"200")], end_stream=False)
+    setup.stream.sink.on_error(refused())  # taken, then failed: no replay either
+    assert setup.sink.out.startswith(b"HTTP/1.1 502 ")
+    assert b" 200 " not in setup.sink.out
+    assert (setup.stats.responses["2xx"], setup.stats.responses["5xx"]) == (0, 1)
+    assert (setup.stats.replays, setup.stats.failed) == (0, 1)
+
+
+def test_a_body_not_kept_is_not_replayed() -> None:
+    setup = Setup(body=b"x" * 20, retry_body_limit=10)
+    setup.refuse(1)
+    assert len(setup.pool.streams) == 1
+    assert (setup.stats.replays, setup.stats.replays_refused_for_size) == (0, 1)
+    assert b"not retried: " + TOO_LARGE.encode() in setup.sink.out
+
+
+def test_an_error_that_may_have_been_acted_on_is_not_replayed() -> None:
+    setup = Setup()
+    setup.stream.sink.on_error(UpstreamError("connection_terminated", "connection reset"))
+    assert len(setup.pool.streams) == 1
+    assert (setup.stats.replays, setup.stats.failed) == (0, 1)
+    assert setup.sink.out.startswith(b"HTTP/1.1 502 ")

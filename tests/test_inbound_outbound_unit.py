@@ -1,0 +1,198 @@
+"""The two schedules of an upstream connection, each alone: InboundTurns (when
+inbound frames are handled) and OutboundPump (which request bodies are framed,
+and when h2's output is written)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import h2.config
+
+from h2ping.http2.h2conn import H2Connection
+from h2ping.http2.inbound import INBOUND_BATCH, InboundTurns
+from h2ping.http2.outbound import PUMP_BATCH, OutboundPump
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.reading = True
+        self.pauses = 0
+        self.written: list[bytes] = []
+
+    def pause_reading(self) -> None:
+        self.reading = False
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_closing(self) -> bool:
+        return False
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+
+class Backlog:
+    """Stands for the connection's frame backlog: ``take`` handles up to ``budget``."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.batches: list[int] = []
+        self.over = False
+
+    def take(self, budget: int) -> int:
+        taken = min(self.size, max(budget, 0))
+        self.size -= taken
+        self.batches.append(taken)
+        return taken
+
+
+def turns(backlog: Backlog, transport: Transport) -> InboundTurns:
+    inbound = InboundTurns(
+        asyncio.get_running_loop(), backlog.take, lambda: backlog.size > 0, lambda: backlog.over
+    )
+    inbound.attach(transport)  # type: ignore[arg-type]
+    return inbound
+
+
+async def test_a_small_read_is_handled_at_once_and_reading_goes_on() -> None:
+    backlog, transport = Backlog(), Transport()
+    inbound = turns(backlog, transport)
+    backlog.size = 1000
+    inbound.arrived()
+    assert backlog.batches == [1000] and transport.reading
+
+
+async def test_a_large_backlog_is_handled_one_share_per_iteration_without_reading() -> None:
+    backlog, transport = Backlog(), Transport()
+    inbound = turns(backlog, transport)
+    backlog.size = 3 * INBOUND_BATCH
+    inbound.arrived()
+    assert backlog.batches == [INBOUND_BATCH] and not transport.reading
+    inbound.arrived()  # more bytes in the same iteration wait for the next turn
+    assert backlog.batches == [INBOUND_BATCH]
+    await asyncio.sleep(0)
+    assert backlog.batches == [INBOUND_BATCH] * 2 and not transport.reading
+    await asyncio.sleep(0)
+    assert backlog.batches == [INBOUND_BATCH] * 3
+    # The last share used the whole turn: paused until the next iteration proves
+    # the backlog empty, so the loop hands over no second read in this one.
+    assert not transport.reading
+    await asyncio.sleep(0)
+    assert transport.reading and backlog.size == 0
+    assert transport.pauses == 1
+
+
+async def test_reads_in_one_iteration_share_one_budget() -> None:
+    backlog, transport = Backlog(), Transport()
+    inbound = turns(backlog, transport)
+    for _ in range(3):
+        backlog.size += INBOUND_BATCH // 2
+        inbound.arrived()
+    # Two halves fill the iteration's share; the third waits for the next one.
+    assert sum(backlog.batches) == INBOUND_BATCH and not transport.reading
+    await asyncio.sleep(0)
+    assert backlog.size == 0
+
+
+async def test_stop_cancels_the_next_turn() -> None:
+    backlog, transport = Backlog(), Transport()
+    inbound = turns(backlog, transport)
+    backlog.size = 2 * INBOUND_BATCH
+    inbound.arrived()
+    inbound.stop()
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert backlog.batches == [INBOUND_BATCH]
+
+
+async def test_a_connection_that_ended_in_its_batch_takes_no_turn() -> None:
+    backlog, transport = Backlog(), Transport()
+    inbound = turns(backlog, transport)
+    backlog.size = 2 * INBOUND_BATCH
+    backlog.over = True
+    inbound.arrived()
+    await asyncio.sleep(0)
+    assert backlog.batches == [INBOUND_BATCH] and transport.reading
+
+
+# --------------------------------------------------------------------- outbound
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.ready = 0
+
+    def on_send_ready(self) -> None:
+        self.ready += 1
+
+
+class Stream:
+    """Stands for an UpstreamStream: frames what ``budget`` allows from ``queued``."""
+
+    def __init__(self, queued: int) -> None:
+        self.queued = queued
+        self.budgets: list[int] = []
+        self.sink = Sink()
+        self.closed = False
+
+    @property
+    def has_body_queued(self) -> bool:
+        return self.queued > 0
+
+    def frame_body(self, budget: int) -> tuple[int, bool, bool]:
+        self.budgets.append(budget)
+        framed = min(self.queued, max(budget, 0))
+        self.queued -= framed
+        return framed, self.queued > 0 and budget - framed <= 0, self.queued == 0
+
+
+def pump() -> tuple[OutboundPump, Transport, H2Connection]:
+    conn = H2Connection(h2.config.H2Configuration(client_side=True), 65536)
+    conn.initiate_connection()
+    outbound = OutboundPump(asyncio.get_running_loop(), conn)
+    transport = Transport()
+    outbound.attach(transport)  # type: ignore[arg-type]
+    return outbound, transport, conn
+
+
+async def test_streams_share_one_batch_per_write_and_take_turns() -> None:
+    outbound, _, _ = pump()
+    a, b = Stream(PUMP_BATCH), Stream(PUMP_BATCH)
+    outbound.pump(a)  # type: ignore[arg-type]
+    outbound.pump(b)  # type: ignore[arg-type]
+    assert a.queued == 0 and b.budgets == [0] and b.queued == PUMP_BATCH
+    await asyncio.sleep(0)  # the write, then b's turn
+    await asyncio.sleep(0)
+    assert b.queued == 0 and b.sink.ready == 1
+
+
+async def test_nothing_is_framed_while_the_transport_pauses_writing() -> None:
+    outbound, _, _ = pump()
+    stream = Stream(1000)
+    outbound.pause_writing()
+    outbound.pump(stream)  # type: ignore[arg-type]
+    assert stream.budgets == [0] and stream.queued == 1000
+    outbound.resume_writing()
+    assert stream.queued == 0
+
+
+async def test_a_forgotten_stream_is_not_pumped_again() -> None:
+    outbound, _, _ = pump()
+    stream = Stream(1000)
+    outbound.pause_writing()
+    outbound.pump(stream)  # type: ignore[arg-type]
+    outbound.forget(stream)  # type: ignore[arg-type]
+    outbound.resume_writing()
+    assert stream.budgets == [0]
+
+
+async def test_one_write_per_iteration_whatever_is_queued() -> None:
+    outbound, transport, conn = pump()
+    for _ in range(3):
+        conn.ping(b"12345678")
+        outbound.schedule_flush()
+    assert transport.written == []
+    await asyncio.sleep(0)
+    assert len(transport.written) == 1
