@@ -89,6 +89,14 @@ def our_settings(header_list_limit: int) -> h2.settings.Settings:
     )
 
 
+def _debug_text(debug_data: bytes) -> str:
+    """A GOAWAY's debug data for the log line: printable ASCII, at most 80 characters."""
+    if not debug_data:
+        return ""
+    text = "".join(chr(b) if 32 <= b < 127 else "?" for b in debug_data[:80])
+    return f' debug="{text}"'
+
+
 class ConnState(enum.Enum):
     CONNECTING = "connecting"
     OPEN = "open"  # takes new streams
@@ -125,6 +133,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         # -max-streams-per-conn: our own cap below the peer's (0: none).
         self._stream_cap = config.max_streams_per_conn or 2**31
         self.goaway_last_stream_id: int | None = None
+        self._goaway_error = ""  # the error code of a GOAWAY that had one
         self.close_reason = ""
         self._on_change = on_change
         self._loop = asyncio.get_running_loop()
@@ -274,6 +283,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.state is ConnState.CLOSED:
             return
         reason = f"connection lost: {exc}" if exc else "connection closed by upstream"
+        if self._goaway_error:
+            reason += f" after GOAWAY {self._goaway_error}"
         self._fail_ready(
             UpstreamError(errors.CONNECTION_TERMINATED, f"{reason} before HTTP/2 SETTINGS")
         )
@@ -387,13 +398,18 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             code_name = ErrorCodes(code).name
         except ValueError:
             code_name = str(code)
-        log.info(
-            "conn=%d GOAWAY received: last_stream_id=%d error=%s open_streams=%d",
+        # A GOAWAY with an error code explains the failures that follow: louder.
+        log.log(
+            logging.INFO if code == ErrorCodes.NO_ERROR else logging.WARNING,
+            "conn=%d GOAWAY received: last_stream_id=%d error=%s%s open_streams=%d",
             self.id,
             last_stream_id,
             code_name,
+            _debug_text(debug_data),
             len(self.streams),
         )
+        if code != ErrorCodes.NO_ERROR:
+            self._goaway_error = code_name
         backoff = self._ping_backoff
         if backoff is not None and punishes_pings(code, debug_data):
             self._ping_backoff = None  # once per connection
