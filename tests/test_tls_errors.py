@@ -6,7 +6,7 @@ import asyncio
 import datetime
 import pathlib
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import aiohttp
@@ -36,6 +36,21 @@ async def failure(session: aiohttp.ClientSession, url: str, **settings: object) 
         return resp.headers["proxy-status"], await resp.text()
 
 
+async def failure_from(
+    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    session: aiohttp.ClientSession,
+) -> tuple[int, str, str]:
+    """The port of a TCP server running ``handler``, and what a request through a
+    proxy for it as an https upstream gets (Proxy-Status and body)."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        status, body = await failure(session, f"https://127.0.0.1:{port}")
+    finally:
+        server.close()
+    return port, status, body
+
+
 async def test_https_against_a_plain_http_port(session: aiohttp.ClientSession) -> None:
     async def http1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(1024)  # the ClientHello
@@ -43,12 +58,7 @@ async def test_https_against_a_plain_http_port(session: aiohttp.ClientSession) -
         await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(http1, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        status, body = await failure(session, f"https://127.0.0.1:{port}")
-    finally:
-        server.close()
+    port, status, body = await failure_from(http1, session)
     assert "error=tls_protocol_error" in status
     assert f"127.0.0.1:{port} did not answer TLS: is it plain HTTP? (WRONG_VERSION_NUMBER)" in body
 
@@ -58,12 +68,7 @@ async def test_a_close_during_the_handshake(session: aiohttp.ClientSession) -> N
         await reader.read(1024)  # the ClientHello
         writer.close()
 
-    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        status, body = await failure(session, f"https://127.0.0.1:{port}")
-    finally:
-        server.close()
+    port, status, body = await failure_from(hang_up, session)
     assert "error=tls_protocol_error" in status
     assert f"127.0.0.1:{port} closed the connection during the TLS handshake" in body
 

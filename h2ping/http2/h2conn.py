@@ -84,6 +84,19 @@ _CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
 _RECEIVING = (h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL)
 
 
+#: How h2ping drives h2: headers.request_headers produces what h2's outbound
+#: checks would, so they are off; responses are checked per stream by
+#: headers.response_head.
+H2_CONFIG = h2.config.H2Configuration(
+    client_side=True,
+    header_encoding=None,
+    validate_outbound_headers=False,
+    normalize_outbound_headers=False,
+    validate_inbound_headers=False,
+    normalize_inbound_headers=False,
+)
+
+
 def header_list_size(headers: Iterable[tuple[bytes, bytes]]) -> int:
     """The size SETTINGS_MAX_HEADER_LIST_SIZE limits (RFC 9113 6.5.2)."""
     return sum(len(name) + len(value) + FIELD_OVERHEAD for name, value in headers)

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import h2.config
 import h2.events
 from h2.stream import StreamClosedBy
 from hpack import Encoder
@@ -29,17 +28,9 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from .h2conn import DATA, HPACK, RECEIVE, STREAM_FAULTS, H2Connection
+from .h2conn import DATA, H2_CONFIG, HPACK, RECEIVE, STREAM_FAULTS, H2Connection
 from .hpackcache import FieldCachingDecoder
 
-_CONFIG = h2.config.H2Configuration(
-    client_side=True,
-    header_encoding=None,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-    validate_inbound_headers=False,
-    normalize_inbound_headers=False,
-)
 _REQUEST = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"p"), (b":path", b"/")]
 _HEADER_LIST_LIMIT = 1000
 _PROTOCOL_ERROR, _STREAM_CLOSED, _CANCEL = 0x1, 0x5, 0x8
@@ -50,7 +41,7 @@ class _Twin:
     taking plain DATA and acknowledgements as the upstream connection does."""
 
     def __init__(self, fast: Iterable[str], streams: Iterable[int]) -> None:
-        self.conn = H2Connection(_CONFIG, _HEADER_LIST_LIMIT, frozenset(fast))
+        self.conn = H2Connection(H2_CONFIG, _HEADER_LIST_LIMIT, frozenset(fast))
         self.conn.initiate_connection()
         self.taken = self.quiet = 0
         self.record: list[Any] = []

@@ -22,7 +22,6 @@ import logging
 from collections.abc import Callable
 from typing import cast
 
-import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
@@ -45,7 +44,7 @@ from .frames import (
     data_frame,
     parse_goaway,
 )
-from .h2conn import DATA, H2Connection, StreamFault
+from .h2conn import DATA, H2_CONFIG, H2Connection, StreamFault
 from .h2errors import describe_h2_error
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
 from .lifetime import Lifetime
@@ -62,18 +61,6 @@ STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 64 * 1024 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
-
-
-#: headers.request_headers produces what h2's outbound checks would: they are off.
-#: Responses are checked per stream by headers.response_head.
-H2_CONFIG = h2.config.H2Configuration(
-    client_side=True,
-    header_encoding=None,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-    validate_inbound_headers=False,
-    normalize_inbound_headers=False,
-)
 
 
 def our_settings(header_list_limit: int) -> h2.settings.Settings:
