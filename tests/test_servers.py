@@ -31,6 +31,9 @@ from .servers.haproxy import run_haproxy
 from .servers.nginx import run_nginx
 from .servers.node import run_node
 
+#: The whole file is the `servers` mark: CI runs it on one Python only.
+pytestmark = pytest.mark.servers
+
 RUNNERS: dict[str, Callable[..., contextlib.AbstractAsyncContextManager[Origin]]] = {
     "apache": run_apache,
     "h2o": run_h2o,
