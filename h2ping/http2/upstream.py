@@ -385,9 +385,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             code_name = ErrorCodes(code).name
         except ValueError:
             code_name = str(code)
-        # A GOAWAY with an error code explains the failures that follow: louder.
-        log.log(
-            logging.INFO if code == ErrorCodes.NO_ERROR else logging.WARNING,
+        log.info(
             "conn=%d GOAWAY received: last_stream_id=%d error=%s%s open_streams=%d",
             self.id,
             last_stream_id,
