@@ -23,6 +23,8 @@ LATENCY_BUCKETS = (
 )  # fmt: skip
 #: How a request ends: each one in exactly one of these (``requests_total{outcome}``).
 OUTCOMES = ("ok", "failed", "aborted", "cancelled", "rejected", "cut_at_shutdown")
+#: The counter each outcome adds to (the same name, but for "ok").
+_OUTCOME_COUNTERS = {outcome: outcome for outcome in OUTCOMES} | {"ok": "completed"}
 
 
 class Histogram:
@@ -133,26 +135,6 @@ class Stats:
         error response stands in and is counted on its own."""
         self.responses[f"{status // 100}xx"] -= 1
 
-    def request_completed(self) -> None:
-        self.completed += 1
-
-    def request_failed(self, status: int = 502) -> None:
-        """Answered with an error response of ours."""
-        self.failed += 1
-        self.count_response(status)
-
-    def request_aborted(self) -> None:
-        self.aborted += 1
-
-    def request_cancelled(self) -> None:
-        self.cancelled += 1
-
-    def request_rejected(self) -> None:
-        self.rejected += 1
-
-    def request_cut(self) -> None:
-        self.cut_at_shutdown += 1
-
     def request_replayed(self) -> None:
         self.replays += 1
 
@@ -189,6 +171,10 @@ class Stats:
         self.too_many_pings += 1
 
     def request_ended(self, outcome: str, duration: float) -> None:
+        """A request the exchange carried ended: counted by its outcome (one of
+        OUTCOMES), and its duration observed."""
+        counter = _OUTCOME_COUNTERS[outcome]
+        setattr(self, counter, getattr(self, counter) + 1)
         self.request_duration[outcome].observe(duration)
 
     def response_headers_after(self, seconds: float) -> None:

@@ -186,21 +186,18 @@ class Exchange:
     def cancel(self) -> None:
         """The client went away."""
         if not self._finished:
-            self._ctx.stats.request_cancelled()
             self._record("cancelled")
         self._stop()
 
     def reject(self, status: int = 0) -> None:
         """The request body was malformed: the listener answers it with ``status``."""
         if not self._finished:
-            self._ctx.stats.request_rejected()
             self._record("rejected", status)
         self._stop()
 
     def cut(self) -> None:
         """The proxy is shutting down and the grace period is over."""
         if not self._finished:
-            self._ctx.stats.request_cut()
             self._record("cut_at_shutdown")
         self._stop()
 
@@ -248,7 +245,6 @@ class Exchange:
 
     def on_end(self) -> None:
         self._stream = None
-        self._ctx.stats.request_completed()
         self._finish()
         self._writer.end()
         self._record("ok")
@@ -376,7 +372,6 @@ class Exchange:
             log.warning(
                 "%s: response aborted after headers: %s", self._where(error), error, extra=cause
             )
-            stats.request_aborted()
             self._writer.abort()
             self._record("aborted")
             return
@@ -388,7 +383,7 @@ class Exchange:
                 error.error, f"{error.detail}; gave up after {self._attempt} replays"
             )
         log.warning("%s: 502 %s", self._where(error), error, extra=cause)
-        stats.request_failed(502)
+        stats.count_response(502)
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))
         self._record("failed", 502)
 
