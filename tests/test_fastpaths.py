@@ -133,6 +133,11 @@ BREAKAGES: list[tuple[tuple[str, ...], str, set[str]]] = [
     ((CONNECTION,), "_begin_new_stream", {"stream_faults"}),
     (("hpack.hpack",), "_decode_literal", {"hpack"}),
     (("hpack.hpack", "hpack.table"), "add", {"hpack"}),
+    ((CONNECTION,), "_data_to_send", {"request_headers"}),
+    ((CONNECTION,), "_get_or_create_stream", {"request_headers"}),
+    ((STREAM,), "_authority", {"request_headers"}),
+    ((STREAM,), "request_method", {"request_headers"}),
+    (("hpack.hpack", "hpack.table"), "resized", {"request_headers"}),
 ]
 
 
@@ -296,6 +301,34 @@ def test_the_stream_faults_probe_sees_a_fault_ending_the_connection(
 
     monkeypatch.setattr(H2Connection, "_reset_faulty", lambda self, frame, event: [])
     assert "step 0" in (probes.stream_faults() or "")
+
+
+def test_the_request_headers_probe_sees_a_request_method_left_unset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fast path that frames the request right but leaves the stream's method
+    unset: a HEAD response's content-length would then be taken as a body promised."""
+    from h2ping.http2.h2conn import H2Connection
+
+    send = H2Connection._send_request_fast
+
+    def forgetful(self: H2Connection, stream_id: int, headers: Any, end_stream: bool) -> bool:
+        sent = send(self, stream_id, headers, end_stream)
+        if sent:
+            self.streams[stream_id].request_method = None
+        return sent
+
+    monkeypatch.setattr(H2Connection, "_send_request_fast", forgetful)
+    assert "where plain h2 gives" in (probes.request_headers() or "")
+
+
+def test_the_request_headers_probe_sees_the_path_not_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from h2ping.http2.h2conn import H2Connection
+
+    monkeypatch.setattr(H2Connection, "_send_request_fast", lambda self, *args: False)
+    assert probes.request_headers() == "the fast path was not taken"
 
 
 def test_workers_report_the_least_of_each_path() -> None:

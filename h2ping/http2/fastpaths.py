@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 
 from . import probes
-from .h2conn import DATA, HPACK, RECEIVE, STREAM_FAULTS
+from .h2conn import DATA, HPACK, RECEIVE, REQUEST_HEADERS, STREAM_FAULTS
 
 log = logging.getLogger("h2ping")
 
@@ -34,6 +34,7 @@ PROBES: dict[str, Callable[[], str | None]] = {
     DATA: probes.data,
     STREAM_FAULTS: probes.stream_faults,
     HPACK: probes.hpack,
+    REQUEST_HEADERS: probes.request_headers,
 }
 
 _verdict: frozenset[str] | None = None

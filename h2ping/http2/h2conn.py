@@ -42,6 +42,13 @@ All of this reaches into h2's private parts, grouped into the fast paths of
   its state machine; off, those faults end the connection as plain h2 has it,
   and h2's decoder enforces the header list limit.
 - ``hpack``: :class:`~h2ping.hpackcache.FieldCachingDecoder` as h2's decoder.
+- ``request_headers``: :meth:`H2Connection.send_request` frames a request's
+  HEADERS itself, its block from :mod:`h2ping.http2.hpackencode`, and makes the
+  state changes h2's ``send_headers`` would (the connection's and the new
+  stream's state machines, ``_get_or_create_stream``, the stream's
+  ``_authority`` and ``request_method``, ``_data_to_send``), forgetting closed
+  streams (``open_outbound_streams``) only now and then instead of on every
+  request; off, h2's ``send_headers`` and hpack's encoder do it all.
 
 tests/test_stream_faults.py covers each fault, tests/test_h2conn_fast_unit.py
 holds the fast path to what h2 itself does, tests/test_fastpaths.py each probe.
@@ -61,8 +68,10 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
 
 from .. import errors
+from ..fields import Header
 from .h2errors import describe_h2_error
 from .hpackcache import FieldCachingDecoder
+from .hpackencode import REQUEST_BLOCKS
 
 #: A header list up to this much above our limit is still decoded (so only its
 #: stream fails); beyond it decoding costs too much, and the connection ends.
@@ -77,11 +86,20 @@ RECEIVE = "receive"
 DATA = "data"
 STREAM_FAULTS = "stream_faults"
 HPACK = "hpack"
-FAST_PATHS = (RECEIVE, DATA, STREAM_FAULTS, HPACK)
+REQUEST_HEADERS = "request_headers"
+FAST_PATHS = (RECEIVE, DATA, STREAM_FAULTS, HPACK, REQUEST_HEADERS)
 
 _CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
 #: Stream states in which a response's DATA is taken (ours is the client side).
 _RECEIVING = (h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL)
+_OUTBOUND = h2.connection.AllowedStreamIDs.ODD
+_SEND_HEADERS = h2.connection.ConnectionInputs.SEND_HEADERS
+_STREAM_SEND_HEADERS = h2.stream.StreamInputs.SEND_HEADERS
+_STREAM_SEND_END = h2.stream.StreamInputs.SEND_END_STREAM
+_HEADERS_FRAME, _END_STREAM, _END_HEADERS = b"\x01", 0x1, 0x4
+#: h2 forgets closed streams whenever it counts open ones, on every request it
+#: sends; the fast path counts (and forgets) once its table has doubled.
+_FORGET_FLOOR = 32
 
 
 #: How h2ping drives h2: headers.request_headers produces what h2's outbound
@@ -184,6 +202,8 @@ class H2Connection(h2.connection.H2Connection):
         self._fast_receive = RECEIVE in fast
         self._fast_data = DATA in fast
         self._stream_faults = STREAM_FAULTS in fast
+        self._fast_headers = REQUEST_HEADERS in fast
+        self._forget_at = _FORGET_FLOOR
         if HPACK in fast:
             self.decoder = FieldCachingDecoder()  # before any header block: a fresh state
         self.header_list_limit = header_list_limit
@@ -194,6 +214,50 @@ class H2Connection(h2.connection.H2Connection):
         self.decoder.max_header_list_size = header_list_limit + (
             DECODE_HEADROOM if self._stream_faults else 0
         )
+
+    def send_request(self, stream_id: int, headers: list[Header], end_stream: bool) -> None:
+        """Open ``stream_id`` with a request's HEADERS, as ``send_headers`` does."""
+        if not (self._fast_headers and self._send_request_fast(stream_id, headers, end_stream)):
+            self.send_headers(stream_id, headers, end_stream=end_stream)
+
+    def _send_request_fast(self, stream_id: int, headers: list[Header], end_stream: bool) -> bool:
+        """Frame the request itself where h2 would do nothing else; False with
+        nothing changed where it might (h2 then raises, or needs CONTINUATION,
+        or a dynamic table size update must lead the block)."""
+        if (
+            self.state_machine.state is not _CLIENT_OPEN
+            or stream_id in self.streams
+            or self.encoder.header_table.resized
+        ):
+            return False
+        block = REQUEST_BLOCKS.encode(headers)
+        size = len(block)
+        if size > self.max_outbound_frame_size:
+            return False
+        known = len(self.streams)  # open ones, and closed ones not yet forgotten
+        if known >= self._forget_at or known >= self.remote_settings.max_concurrent_streams:
+            if self.open_outbound_streams >= self.remote_settings.max_concurrent_streams:
+                return False  # h2 raises TooManyStreamsError
+            self._forget_at = max(_FORGET_FLOOR, 2 * len(self.streams))
+        self.state_machine.process_input(_SEND_HEADERS)
+        stream = self._get_or_create_stream(stream_id, _OUTBOUND)
+        machine = stream.state_machine
+        machine.process_input(_STREAM_SEND_HEADERS)
+        flags = _END_HEADERS
+        if end_stream:
+            machine.process_input(_STREAM_SEND_END)
+            flags |= _END_STREAM
+        for name, value in headers:
+            if name == b":method":
+                stream.request_method = value
+            elif name == b":authority":
+                if stream._authority is None:
+                    stream._authority = value
+            elif name[:1] != b":":
+                break  # pseudo-headers come first
+        head = size.to_bytes(3, "big") + _HEADERS_FRAME + bytes((flags,))
+        self._data_to_send += head + stream_id.to_bytes(4, "big") + block
+        return True
 
     def take_plain_data(self, stream_id: int, size: int) -> bool:
         """Account for a DATA frame without flags (no END_STREAM, no padding) of

@@ -7,7 +7,9 @@ saying what differed; an exception means the same (a missing internal, usually).
 The exchanges reach what each path touches: for ``data``, plain DATA frames and
 quiet acknowledgements up to and past h2's WINDOW_UPDATE thresholds and a
 content-length; for ``receive``, every branch of h2's ``_receive_frame``; for
-``hpack``, repeated literal fields and the dynamic table they fill.
+``hpack``, repeated literal fields and the dynamic table they fill; for
+``request_headers``, requests of every kind h2ping sends, with the answers
+that depend on what a request's HEADERS left in h2's state.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import h2.events
 from h2.stream import StreamClosedBy
-from hpack import Encoder
+from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
 from hyperframe.frame import (
     DataFrame,
     Frame,
@@ -28,7 +30,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from .h2conn import DATA, H2_CONFIG, HPACK, RECEIVE, STREAM_FAULTS, H2Connection
+from .h2conn import DATA, H2_CONFIG, HPACK, RECEIVE, REQUEST_HEADERS, STREAM_FAULTS, H2Connection
 from .hpackcache import FieldCachingDecoder
 
 _REQUEST = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"p"), (b":path", b"/")]
@@ -44,6 +46,7 @@ class _Twin:
         self.conn = H2Connection(H2_CONFIG, _HEADER_LIST_LIMIT, frozenset(fast))
         self.conn.initiate_connection()
         self.taken = self.quiet = 0
+        self.sent = _Sent()
         self.record: list[Any] = []
         self.frames(SettingsFrame(0, settings={0x3: 100}), SettingsFrame(0, flags=["ACK"]))
         for stream_id in streams:
@@ -62,6 +65,17 @@ class _Twin:
 
     def frames(self, *frames: Frame) -> None:
         self.feed(b"".join(frame.serialize() for frame in frames))
+
+    def request(self, stream_id: int, headers: list[Any], end_stream: bool) -> None:
+        """Send a request; record its frames with their header blocks decoded."""
+        try:
+            self.conn.send_request(stream_id, headers, end_stream)
+        except Exception as exc:
+            self.record.append(("raised", f"{type(exc).__name__}: {exc}"))
+            return
+        self.record.append(self.sent.frames(self.conn.data_to_send()))
+        stream = self.conn.streams[stream_id]
+        self.record.append([stream.state_machine.state, stream.request_method, stream._authority])
 
     def plain_data(self, stream_id: int, size: int) -> None:
         if self.conn.take_plain_data(stream_id, size):
@@ -115,6 +129,36 @@ class _Server:
     def response(self, stream_id: int, length: int | None = None) -> HeadersFrame:
         extra = [] if length is None else [(b"content-length", str(length).encode())]
         return self.headers(stream_id, [(b":status", b"200"), *extra])
+
+
+class _Sent:
+    """What a client wrote, frame by frame, header blocks decoded (by one decoder,
+    as the server would)."""
+
+    def __init__(self) -> None:
+        self.decoder = Decoder()
+        self._block = b""
+
+    def frames(self, data: bytes) -> list[Any]:
+        out: list[Any] = []
+        pos = 0
+        while pos + 9 <= len(data):
+            length = int.from_bytes(data[pos : pos + 3], "big")
+            kind, flags = data[pos + 3], data[pos + 4]
+            stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big")
+            payload = data[pos + 9 : pos + 9 + length]
+            pos += 9 + length
+            if kind not in (0x1, 0x9):  # not HEADERS or CONTINUATION
+                out.append([kind, flags, stream_id, payload])
+                continue
+            self._block += payload
+            if flags & 0x4:  # END_HEADERS: the block is whole
+                decoded = self.decoder.decode(self._block)
+                fields = [(type(field).__name__, *field) for field in decoded]
+                resized = self._block[0] & 0xE0 == 0x20  # a dynamic table size update leads
+                out.append([kind, flags & 0x1, stream_id, fields, resized])
+                self._block = b""
+        return out
 
 
 def _differs(fast: _Twin, plain: _Twin) -> str | None:
@@ -200,6 +244,54 @@ def hpack() -> str | None:
     decoder = fast.conn.decoder
     if not isinstance(decoder, FieldCachingDecoder) or not decoder.hits:
         return "h2ping's decoder is not the one h2 decodes with"
+    return _differs(fast, plain)
+
+
+def request_headers() -> str | None:
+    """Requests framed by h2ping and by h2: the same frames and fields, the same
+    state left behind (stream states, the method a HEAD response is judged by,
+    which streams are still counted), the same refusals."""
+    post = [
+        (b":method", b"POST"),
+        (b":scheme", b"https"),
+        (b":authority", b"p"),
+        (b":path", b"/v1/x?y=1"),
+        (b"content-type", b"application/json"),
+        (b"user-agent", b"h2ping-probe/1 (\x7f)"),
+        (b"x-long-name-of-a-header", b"v" * 200),
+        NeverIndexedHeaderTuple(b"authorization", b"Bearer token"),
+        NeverIndexedHeaderTuple(b"x-secret", b"s"),
+        (b"accept-encoding", b"gzip, deflate"),
+    ]
+    head = [(b":method", b"HEAD"), *_REQUEST[1:]]
+    large = [*_REQUEST, *((b"x-f%d" % i, b"v" * 500) for i in range(40))]  # CONTINUATION
+    twins = fast, plain = _Twin([REQUEST_HEADERS], ()), _Twin([], ())
+    for twin in twins:
+        server = _Server()
+        twin.request(1, _REQUEST, True)
+        twin.request(3, post, False)
+        twin.request(5, head, True)
+        twin.request(7, large, True)
+        twin.request(9, post, True)
+        twin.frames(SettingsFrame(0, settings={0x1: 256}))  # a dynamic table size update is due
+        twin.request(11, post, True)
+        twin.request(13, post, True)
+        twin.frames(server.response(5, 100))  # HEAD: a content-length, and no body
+        twin.frames(server.response(1), _data(1, 3, end=True))
+        twin.frames(server.response(3))
+        twin.conn.send_data(3, b"body", end_stream=True)
+        twin.record.append(twin.sent.frames(twin.conn.data_to_send()))
+        twin.frames(_data(3, 2, end=True))
+        for stream_id in (7, 9, 11, 13):
+            twin.conn.reset_stream(stream_id)
+        twin.record.append(twin.conn.data_to_send())
+        twin.frames(SettingsFrame(0, settings={0x3: 40}))
+        for stream_id in range(15, 15 + 2 * 42, 2):  # up to one past the limit
+            twin.request(stream_id, _REQUEST, False)
+        twin.record.append([twin.conn.open_outbound_streams, twin.conn.highest_outbound_stream_id])
+    indexed = [twin.conn.encoder.header_table.dynamic_entries for twin in twins]
+    if indexed[0] == indexed[1]:  # h2ping's requests leave the encoder's table alone
+        return "the fast path was not taken"
     return _differs(fast, plain)
 
 

@@ -192,7 +192,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
                 retryable=True,
             )
         stream_id = self._h2.get_next_available_stream_id()
-        self._h2.send_headers(stream_id, headers, end_stream=end_stream)
+        self._h2.send_request(stream_id, headers, end_stream)
         stream = UpstreamStream(self, self._h2, stream_id, sink)
         if end_stream:
             stream.state = StreamState.SENT

@@ -1,0 +1,145 @@
+"""Request header blocks that leave HPACK's dynamic table alone.
+
+hpack's encoder indexes every field it may, and looks each one up in the
+dynamic table and Huffman-codes it in pure Python, byte by byte: a large share
+of a small request's CPU. Here every field is sent as RFC 7541's "literal
+without indexing" (or "never indexed" for credentials, or as a static-table
+index where the static table has the whole field), naming a static-table entry
+where the static table has the name. Such a field means the same whatever
+either side's dynamic table holds, and changes neither table, so its bytes can
+be kept and reused on every connection: a request's header block is mostly a
+join of kept bytes. The cost is bytes on the wire: a repeated field is sent in
+full each time instead of as one index byte, a few dozen bytes per request.
+
+Values that change from request to request (``:path``, ``content-length``)
+are encoded each time and not kept, without Huffman coding (Python's Huffman
+coder would cost more than it saves on a loopback-to-upstream hop).
+
+Huffman coding of kept fields uses hpack's coder and code table when they are
+there (hpack 4.0-4.2), and plain strings otherwise; the ``request_headers``
+probe (h2ping.http2.probes) decodes blocks from this encoder with hpack's
+decoder before the path is taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from hpack import NeverIndexedHeaderTuple
+
+from ..fields import Header
+
+try:  # hpack's own Huffman coder; without it, strings go uncompressed
+    from hpack.huffman import HuffmanEncoder
+    from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
+
+    _huffman: Callable[[bytes], bytes] | None = HuffmanEncoder(
+        REQUEST_CODES, REQUEST_CODES_LENGTH
+    ).encode
+except Exception:  # pragma: no cover - a changed hpack
+    _huffman = None
+
+#: RFC 7541 Appendix A, in index order from 1.
+STATIC_TABLE: tuple[tuple[bytes, bytes], ...] = tuple(
+    (name.encode(), value.encode())
+    for name, value in (
+        (":authority", ""), (":method", "GET"), (":method", "POST"), (":path", "/"),
+        (":path", "/index.html"), (":scheme", "http"), (":scheme", "https"),
+        (":status", "200"), (":status", "204"), (":status", "206"), (":status", "304"),
+        (":status", "400"), (":status", "404"), (":status", "500"), ("accept-charset", ""),
+        ("accept-encoding", "gzip, deflate"), ("accept-language", ""), ("accept-ranges", ""),
+        ("accept", ""), ("access-control-allow-origin", ""), ("age", ""), ("allow", ""),
+        ("authorization", ""), ("cache-control", ""), ("content-disposition", ""),
+        ("content-encoding", ""), ("content-language", ""), ("content-length", ""),
+        ("content-location", ""), ("content-range", ""), ("content-type", ""), ("cookie", ""),
+        ("date", ""), ("etag", ""), ("expect", ""), ("expires", ""), ("from", ""), ("host", ""),
+        ("if-match", ""), ("if-modified-since", ""), ("if-none-match", ""), ("if-range", ""),
+        ("if-unmodified-since", ""), ("last-modified", ""), ("link", ""), ("location", ""),
+        ("max-forwards", ""), ("proxy-authenticate", ""), ("proxy-authorization", ""),
+        ("range", ""), ("referer", ""), ("refresh", ""), ("retry-after", ""), ("server", ""),
+        ("set-cookie", ""), ("strict-transport-security", ""), ("transfer-encoding", ""),
+        ("user-agent", ""), ("vary", ""), ("via", ""), ("www-authenticate", ""),
+    )
+)  # fmt: skip
+_FULL_INDEX = {field: index for index, field in enumerate(STATIC_TABLE, 1) if field[1]}
+_NAME_INDEX: dict[bytes, int] = {}
+for _index, (_name, _) in enumerate(STATIC_TABLE, 1):
+    _NAME_INDEX.setdefault(_name, _index)
+
+#: Fields whose values differ per request: encoded each time, never kept.
+VARYING = frozenset({b":path", b"content-length"})
+#: Kept fields, per process; the store starts again empty when full.
+KEPT_FIELDS = 2048
+#: A longer value is encoded each time (a large cookie or token is not worth keeping).
+KEPT_VALUE_LIMIT = 1024
+
+_INDEXED = 0x80  # 6.1: the whole field from the static table
+_WITHOUT_INDEXING = 0x00  # 6.2.2
+_NEVER_INDEXED = 0x10  # 6.2.3
+_HUFFMAN = 0x80
+
+
+def integer(value: int, prefix_bits: int, first: int) -> bytes:
+    """RFC 7541 5.1: ``value`` in a ``prefix_bits`` prefix of a byte starting ``first``."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def string(data: bytes, huffman: bool) -> bytes:
+    """RFC 7541 5.2: ``data`` with its length, Huffman-coded when that is shorter."""
+    if huffman and _huffman is not None:
+        coded = _huffman(data)
+        if len(coded) < len(data):
+            return integer(len(coded), 7, _HUFFMAN) + coded
+    return integer(len(data), 7, 0) + data
+
+
+def field(name: bytes, value: bytes, sensitive: bool, huffman: bool = True) -> bytes:
+    """One field's representation, the same bytes on any connection at any time."""
+    if not sensitive:
+        index = _FULL_INDEX.get((name, value))
+        if index is not None:
+            return integer(index, 7, _INDEXED)
+    first = _NEVER_INDEXED if sensitive else _WITHOUT_INDEXING
+    name_index = _NAME_INDEX.get(name)
+    if name_index is not None:
+        return integer(name_index, 4, first) + string(value, huffman)
+    return bytes((first,)) + string(name, huffman) + string(value, huffman)
+
+
+class RequestBlockEncoder:
+    """Encodes header lists as blocks that use no dynamic table (see the module)."""
+
+    def __init__(self) -> None:
+        self._plain: dict[Header, bytes] = {}
+        self._sensitive: dict[Header, bytes] = {}
+
+    def encode(self, headers: Iterable[Header]) -> bytes:
+        parts = []
+        for header in headers:
+            sensitive = isinstance(header, NeverIndexedHeaderTuple)
+            kept = self._sensitive if sensitive else self._plain
+            encoded = kept.get(header)
+            if encoded is None:
+                name, value = header
+                if name in VARYING or len(value) > KEPT_VALUE_LIMIT:
+                    encoded = field(name, value, sensitive, huffman=False)
+                else:
+                    encoded = field(name, value, sensitive)
+                    if len(kept) >= KEPT_FIELDS:
+                        kept.clear()
+                    kept[header] = encoded
+            parts.append(encoded)
+        return b"".join(parts)
+
+
+#: One per process: the blocks depend on nothing a connection holds.
+REQUEST_BLOCKS = RequestBlockEncoder()
