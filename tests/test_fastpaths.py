@@ -125,7 +125,8 @@ BREAKAGES: list[tuple[tuple[str, ...], str, set[str]]] = [
     ((STREAM,), "_expected_content_length", {"data"}),
     ((STREAM,), "_actual_content_length", {"data"}),
     ((CONNECTION,), "_frame_dispatch_table", {"receive"}),
-    ((CONNECTION,), "_receive_frame", {"receive", "stream_faults"}),
+    # (response_headers is probed with stream faults on as well: off with them.)
+    ((CONNECTION,), "_receive_frame", {"receive", "stream_faults", "response_headers"}),
     ((CONNECTION,), "_prepare_for_sending", {"receive", "stream_faults"}),
     ((CONNECTION,), "_stream_is_closed_by_reset", {"receive"}),
     ((CONNECTION,), "_stream_is_closed_by_end", {"receive"}),
@@ -138,6 +139,8 @@ BREAKAGES: list[tuple[tuple[str, ...], str, set[str]]] = [
     ((STREAM,), "_authority", {"request_headers"}),
     ((STREAM,), "request_method", {"request_headers"}),
     (("hpack.hpack", "hpack.table"), "resized", {"request_headers"}),
+    ((CONNECTION,), "_decode_headers", {"response_headers"}),
+    ((CONNECTION,), "_terminate_connection", {"response_headers"}),
 ]
 
 

@@ -1,9 +1,10 @@
-"""The fast path for response DATA does what h2 does, or leaves the frame to h2.
+"""The fast paths for responses do what h2 does, or leave the frame to h2.
 
-Two connections get the same frames from the same server script: one takes plain
-DATA frames and quiet acknowledgements on the fast path
-(``H2Connection.take_plain_data`` and ``ack_quietly``), the other has both turned
-off, so h2 handles every frame. After every step they must agree on every byte
+Two connections get the same frames from the same server script: one takes
+response HEADERS, plain and last DATA frames and quiet acknowledgements on the
+fast paths (``H2Connection.take_response_headers``, ``take_plain_data``,
+``take_last_data`` and ``ack_quietly``), the other has them all turned off, so
+h2 handles every frame. After every step they must agree on every byte
 written to the server (WINDOW_UPDATE, RST_STREAM, GOAWAY), on what each stream
 reported to its sink, and on h2's own flow-control and content-length state.
 Windows are small here, so scripts reach empty windows, WINDOW_UPDATE thresholds
@@ -16,12 +17,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from hyperframe.frame import DataFrame
+from hyperframe.frame import DataFrame, HeadersFrame
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from h2ping.http2 import upstream
-from h2ping.http2.frames import FrameSplitter
+from h2ping.http2.frames import FRAME, RUN, FrameSplitter
 from h2ping.http2.streams import UpstreamStream
 from h2ping.http2.upstream import ConnState
 
@@ -54,6 +55,8 @@ class Twin:
         if not fast:
             h2conn: Any = self.h.conn._h2
             h2conn.take_plain_data = lambda stream_id, size: False
+            h2conn.take_last_data = lambda stream_id, size: False
+            h2conn.take_response_headers = lambda stream_id, block, end: None
             h2conn.ack_quietly = lambda stream_id, size: False
         self.sinks: dict[int, AckingSink] = {}
         self.streams: dict[int, UpstreamStream] = {}
@@ -262,18 +265,33 @@ async def test_plain_data_is_taken_on_the_fast_path(monkeypatch: pytest.MonkeyPa
     assert bytes(fast.sinks[1].data) == b"\x01" * 10_000
 
 
-def test_the_splitter_hands_out_plain_data_only() -> None:
+def test_the_splitter_hands_out_plain_frames_only() -> None:
     server = FakeServer()
     headers = server.headers(1, 200)
     plain = FakeServer.data(1, b"abc")
     last = FakeServer.data(1, b"z", end_stream=True)
+    empty_last = FakeServer.data(1, b"", end_stream=True)
     empty = FakeServer.data(1, b"")
+    padded = DataFrame(1, b"p", flags=["END_STREAM", "PADDED"], pad_length=2).serialize()
     split = FrameSplitter(plain_data=True).split
-    assert split(headers + plain + last + empty + plain) == [
-        (0, headers),
+    assert split(headers + plain + last + empty + empty_last + padded + plain) == [
+        (RUN, headers),
         (1, b"abc"),
-        (0, last + empty),
+        (FRAME, last),
+        (RUN, empty),
+        (FRAME, empty_last),
+        (RUN, padded),
         (1, b"abc"),
+    ]
+    trailers = server.headers(1, None, [("x-t", "1")], end_stream=True)
+    priority = HeadersFrame(1, b"\x88", flags=["END_HEADERS", "PRIORITY"]).serialize()
+    on_zero = b"\x00\x00\x01\x01\x04\x00\x00\x00\x00\x88"  # HEADERS on stream 0
+    split = FrameSplitter(plain_headers=True).split
+    assert split(headers + plain + trailers + priority + on_zero) == [
+        (FRAME, headers),
+        (RUN, plain),
+        (FRAME, trailers),  # h2ping's H2Connection declines trailers: they go to h2
+        (RUN, priority + on_zero),
     ]
     # Inside a header block (HEADERS without END_HEADERS) every frame is h2's,
     # which refuses anything but CONTINUATION there.

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 
 from . import probes
-from .h2conn import DATA, HPACK, RECEIVE, REQUEST_HEADERS, STREAM_FAULTS
+from .h2conn import DATA, HPACK, RECEIVE, REQUEST_HEADERS, RESPONSE_HEADERS, STREAM_FAULTS
 
 log = logging.getLogger("h2ping")
 
@@ -35,6 +35,7 @@ PROBES: dict[str, Callable[[], str | None]] = {
     STREAM_FAULTS: probes.stream_faults,
     HPACK: probes.hpack,
     REQUEST_HEADERS: probes.request_headers,
+    RESPONSE_HEADERS: probes.response_headers,
 }
 
 _verdict: frozenset[str] | None = None

@@ -7,12 +7,15 @@ peer can send without limit (PING, SETTINGS, empty DATA) are counted, so a flood
 ends the connection instead of the process's CPU and memory (RFC 9113 10.5).
 Only the 9-byte frame headers are read; payloads pass through untouched.
 
-A third job is optional (``plain_data``): DATA frames with no flags (no
+A third job is optional. With ``plain_data``, DATA frames with no flags (no
 END_STREAM, no padding) are handed out on their own, as their payload, so the
 client connection can deliver them without h2's per-frame machinery (see
-:meth:`h2ping.http2.h2conn.H2Connection.take_plain_data`). Frames inside a header
-block (HEADERS or PUSH_PROMISE waiting for its CONTINUATION) always go to h2,
-which must see anything that interrupts the block.
+:meth:`h2ping.http2.h2conn.H2Connection.take_plain_data`), and DATA frames
+with END_STREAM alone as whole frames (``take_last_data``). With
+``plain_headers``, so are HEADERS frames that hold a whole header block without
+padding or priority (``take_response_headers``). Frames inside a header block
+(HEADERS or PUSH_PROMISE waiting for its CONTINUATION) always go to h2, which
+must see anything that interrupts the block.
 
 Frames are taken out in batches of a bounded size, so that one connection
 receiving at full speed cannot hold the event loop for all it read (uvloop
@@ -28,17 +31,20 @@ from collections.abc import Callable
 import h2.exceptions
 
 FRAME_HEADER = 9
-_DATA, _HEADERS, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY, _CONTINUATION = (
+_DATA, HEADERS_TYPE, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY, _CONTINUATION = (
     0x0, 0x1, 0x4, 0x5, 0x6, 0x7, 0x9
 )  # fmt: skip
-_ACK = 0x1  # also END_STREAM on DATA
+_ACK = _END_STREAM = 0x1
 _END_HEADERS = 0x4
 _STREAM_ID_MASK = 0x7FFFFFFF
+_PLAIN_HEADERS = _END_HEADERS | 0x1  # END_STREAM or not; no PADDED, no PRIORITY
+_NO_STREAM = bytes(4)
 
 #: Kinds of the pieces :meth:`FrameSplitter.take` hands out. A positive kind is
 #: the stream id of a plain DATA frame, and the piece is its payload.
 RUN = 0  # a run of whole frames, for h2
 GOAWAY = -1  # the payload of one GOAWAY frame
+FRAME = -2  # one whole frame for a fast path: plain HEADERS, or DATA with END_STREAM
 
 Piece = tuple[int, bytes]
 
@@ -68,9 +74,14 @@ class FrameSplitter:
     """
 
     def __init__(
-        self, clock: Callable[[], float] = time.monotonic, *, plain_data: bool = False
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        plain_data: bool = False,
+        plain_headers: bool = False,
     ) -> None:
         self._plain_data = plain_data
+        self._plain_headers = plain_headers
         self._in_header_block = False
         self._buffer = b""
         self._pos = 0  # where the first frame not yet taken starts
@@ -116,7 +127,7 @@ class FrameSplitter:
         size = len(data)
         end = size if budget is None else min(size, pos + budget)
         control = 0
-        plain_data = self._plain_data
+        plain_data, plain_headers = self._plain_data, self._plain_headers
         while pos < end and pos + FRAME_HEADER <= size:
             length = int.from_bytes(data[pos : pos + 3], "big")
             if length > MAX_FRAME_SIZE:
@@ -132,22 +143,30 @@ class FrameSplitter:
                 if kind == _CONTINUATION and flags & _END_HEADERS:
                     self._in_header_block = False
             elif kind == _DATA:
-                if not length:
-                    if not flags & _ACK:
-                        control += 1
-                elif plain_data and not flags:
+                if not length and not flags & _END_STREAM:
+                    control += 1
+                elif plain_data and (flags == _END_STREAM or not flags):
                     stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & _STREAM_ID_MASK
                     if stream_id:
                         if pos > start:
                             pieces.append((RUN, data[start:pos]))
-                        pieces.append((stream_id, data[pos + FRAME_HEADER : frame_end]))
+                        if flags:
+                            pieces.append((FRAME, data[pos:frame_end]))
+                        else:
+                            pieces.append((stream_id, data[pos + FRAME_HEADER : frame_end]))
                         start = frame_end
+            elif kind == HEADERS_TYPE and plain_headers and (flags | _END_STREAM) == _PLAIN_HEADERS:
+                if data[pos + 5 : pos + 9] != _NO_STREAM:
+                    if pos > start:
+                        pieces.append((RUN, data[start:pos]))
+                    pieces.append((FRAME, data[pos:frame_end]))
+                    start = frame_end
             elif kind == _GOAWAY:
                 if pos > start:
                     pieces.append((RUN, data[start:pos]))
                 pieces.append((GOAWAY, data[pos + FRAME_HEADER : frame_end]))
                 start = frame_end
-            elif kind in (_HEADERS, _PUSH_PROMISE):
+            elif kind in (HEADERS_TYPE, _PUSH_PROMISE):
                 self._in_header_block = not flags & _END_HEADERS
             elif kind in (_PING, _SETTINGS) and not flags & _ACK:
                 control += 1

@@ -49,6 +49,15 @@ All of this reaches into h2's private parts, grouped into the fast paths of
   ``_authority`` and ``request_method``, ``_data_to_send``), forgetting closed
   streams (``open_outbound_streams``) only now and then instead of on every
   request; off, h2's ``send_headers`` and hpack's encoder do it all.
+- ``response_headers``: :meth:`H2Connection.take_response_headers` takes a
+  response's first header block, in one unpadded HEADERS frame, without
+  hyperframe's frame objects and h2's frame dispatch, doing the rest as h2's
+  ``_receive_headers_frame`` and ``receive_data`` do (``_decode_headers``, the
+  state machines, the stream's own ``receive_headers``, ``_terminate_connection``
+  on a connection error); off, h2 takes every HEADERS frame.
+
+``take_last_data`` (a response's last DATA frame, END_STREAM and no padding) is
+part of the ``data`` path.
 
 tests/test_stream_faults.py covers each fault, tests/test_h2conn_fast_unit.py
 holds the fast path to what h2 itself does, tests/test_fastpaths.py each probe.
@@ -87,7 +96,8 @@ DATA = "data"
 STREAM_FAULTS = "stream_faults"
 HPACK = "hpack"
 REQUEST_HEADERS = "request_headers"
-FAST_PATHS = (RECEIVE, DATA, STREAM_FAULTS, HPACK, REQUEST_HEADERS)
+RESPONSE_HEADERS = "response_headers"
+FAST_PATHS = (RECEIVE, DATA, STREAM_FAULTS, HPACK, REQUEST_HEADERS, RESPONSE_HEADERS)
 
 _CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
 #: Stream states in which a response's DATA is taken (ours is the client side).
@@ -96,6 +106,8 @@ _OUTBOUND = h2.connection.AllowedStreamIDs.ODD
 _SEND_HEADERS = h2.connection.ConnectionInputs.SEND_HEADERS
 _STREAM_SEND_HEADERS = h2.stream.StreamInputs.SEND_HEADERS
 _STREAM_SEND_END = h2.stream.StreamInputs.SEND_END_STREAM
+_RECV_HEADERS = h2.connection.ConnectionInputs.RECV_HEADERS
+_STREAM_RECV_END = h2.stream.StreamInputs.RECV_END_STREAM
 _HEADERS_FRAME, _END_STREAM, _END_HEADERS = b"\x01", 0x1, 0x4
 #: h2 forgets closed streams whenever it counts open ones, on every request it
 #: sends; the fast path counts (and forgets) once its table has doubled.
@@ -203,6 +215,7 @@ class H2Connection(h2.connection.H2Connection):
         self._fast_data = DATA in fast
         self._stream_faults = STREAM_FAULTS in fast
         self._fast_headers = REQUEST_HEADERS in fast
+        self._fast_responses = RESPONSE_HEADERS in fast
         self._forget_at = _FORGET_FLOOR
         if HPACK in fast:
             self.decoder = FieldCachingDecoder()  # before any header block: a fresh state
@@ -259,32 +272,77 @@ class H2Connection(h2.connection.H2Connection):
         self._data_to_send += head + stream_id.to_bytes(4, "big") + block
         return True
 
+    def take_response_headers(
+        self, stream_id: int, block: bytes, end_stream: bool
+    ) -> list[h2.events.Event] | None:
+        """Take a response's first header block (one HEADERS frame with
+        END_HEADERS, no padding or priority) on ``stream_id`` as h2 would, and
+        return h2's events for it. None, with nothing changed (the block not
+        decoded), where h2 might do otherwise: the caller then gives h2 the frame."""
+        if not self._fast_responses or self.state_machine.state is not _CLIENT_OPEN:
+            return None
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return None
+        machine = stream.state_machine
+        if machine.state not in _RECEIVING or machine.headers_received:
+            return None  # trailers, or a stream h2 must refuse
+        try:
+            headers = h2.connection._decode_headers(self.decoder, block)
+            events: list[h2.events.Event] = self.state_machine.process_input(_RECV_HEADERS)
+            frames, stream_events = stream.receive_headers(
+                headers, end_stream, self.config.header_encoding
+            )
+        except _Fault as fault:
+            return self._reset_faulty(None, fault.event)
+        except h2.exceptions.ProtocolError as exc:
+            self._terminate_connection(exc.error_code)  # as h2's receive_data does
+            raise
+        if frames:
+            self._prepare_for_sending(frames)
+        return events + stream_events
+
     def take_plain_data(self, stream_id: int, size: int) -> bool:
         """Account for a DATA frame without flags (no END_STREAM, no padding) of
         ``size`` bytes on ``stream_id`` as h2 would, and say True: the caller
         delivers the payload itself. False, with nothing changed, wherever h2
         would do more than count (an error, a closed or unknown stream, DATA
         before the response headers): the caller then gives h2 the frame."""
-        if not self._fast_data or self.state_machine.state is not _CLIENT_OPEN:
-            return False
-        stream = self.streams.get(stream_id)
+        return self._take_data(stream_id, size, False) is not None
+
+    def take_last_data(self, stream_id: int, size: int) -> bool:
+        """As :meth:`take_plain_data`, for a DATA frame with END_STREAM (and no
+        padding): also ends the stream's receiving half, as h2 would. The caller
+        delivers the payload, then the response's end."""
+        stream = self._take_data(stream_id, size, True)
         if stream is None:
             return False
+        stream.state_machine.process_input(_STREAM_RECV_END)
+        return True
+
+    def _take_data(self, stream_id: int, size: int, last: bool) -> h2.stream.H2Stream | None:
+        if not self._fast_data or self.state_machine.state is not _CLIENT_OPEN:
+            return None
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return None
         machine = stream.state_machine
         # (Trailers end the stream, or fault it: either way it is not receiving.)
         if machine.state not in _RECEIVING or not machine.headers_received:
-            return False
+            return None
         connection_window = self._inbound_flow_control_window_manager
         stream_window = stream._inbound_window_manager
         if size > connection_window.current_window_size or size > stream_window.current_window_size:
-            return False  # h2 raises the flow-control error
+            return None  # h2 raises the flow-control error
         expected = stream._expected_content_length
-        if expected is not None and stream._actual_content_length + size > expected:
-            return False  # h2 raises: more DATA than content-length
+        if expected is not None:
+            total = stream._actual_content_length + size
+            if total > expected or (last and total != expected):
+                return None  # h2 raises: DATA beyond or short of content-length
         connection_window.current_window_size -= size
         stream_window.current_window_size -= size
         stream._actual_content_length += size
-        return True
+        return stream
 
     def ack_quietly(self, stream_id: int, size: int) -> bool:
         """Mark ``size`` received bytes on ``stream_id`` processed, as
@@ -357,7 +415,7 @@ class H2Connection(h2.connection.H2Connection):
         self._prepare_for_sending(frames)
         return events
 
-    def _reset_faulty(self, frame: Frame, event: StreamFault) -> list[h2.events.Event]:
+    def _reset_faulty(self, frame: Frame | None, event: StreamFault) -> list[h2.events.Event]:
         stream = self.streams.get(event.stream_id)
         if stream is not None:
             # Closed as if we had sent RST_STREAM: h2 then drops (and credits)

@@ -8,12 +8,14 @@ The exchanges reach what each path touches: for ``data``, plain DATA frames and
 quiet acknowledgements up to and past h2's WINDOW_UPDATE thresholds and a
 content-length; for ``receive``, every branch of h2's ``_receive_frame``; for
 ``hpack``, repeated literal fields and the dynamic table they fill; for
-``request_headers``, requests of every kind h2ping sends, with the answers
+``response_headers``, every kind of response head and the errors it can end
+in; for ``request_headers``, requests of every kind h2ping sends, with the answers
 that depend on what a request's HEADERS left in h2's state.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,7 +32,16 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from .h2conn import DATA, H2_CONFIG, HPACK, RECEIVE, REQUEST_HEADERS, STREAM_FAULTS, H2Connection
+from .h2conn import (
+    DATA,
+    H2_CONFIG,
+    HPACK,
+    RECEIVE,
+    REQUEST_HEADERS,
+    RESPONSE_HEADERS,
+    STREAM_FAULTS,
+    H2Connection,
+)
 from .hpackcache import FieldCachingDecoder
 
 _REQUEST = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"p"), (b":path", b"/")]
@@ -58,7 +69,7 @@ class _Twin:
         try:
             events = self.conn.receive_data(data)
         except Exception as exc:  # what h2 raises is part of what it does
-            self.record.append(("raised", f"{type(exc).__name__}: {exc}"))
+            self.record.append(_raised(exc))
         else:
             self.record.append([_event(event) for event in events])
         self.record.append(self.conn.data_to_send())
@@ -71,7 +82,7 @@ class _Twin:
         try:
             self.conn.send_request(stream_id, headers, end_stream)
         except Exception as exc:
-            self.record.append(("raised", f"{type(exc).__name__}: {exc}"))
+            self.record.append(_raised(exc))
             return
         self.record.append(self.sent.frames(self.conn.data_to_send()))
         stream = self.conn.streams[stream_id]
@@ -85,6 +96,29 @@ class _Twin:
         else:
             self.frames(_data(stream_id, size))
 
+    def last_data(self, stream_id: int, size: int) -> None:
+        if self.conn.take_last_data(stream_id, size):
+            self.taken += 1
+            self.record.append([["DataReceived", stream_id, size], ["StreamEnded", stream_id]])
+            self.record.append(self.conn.data_to_send())
+        else:
+            self.frames(_data(stream_id, size, end=True))
+
+    def response_headers(self, frame: HeadersFrame) -> None:
+        end = "END_STREAM" in frame.flags
+        try:
+            events = self.conn.take_response_headers(frame.stream_id, frame.data, end)
+        except Exception as exc:
+            self.record.append(_raised(exc))
+            self.record.append(self.conn.data_to_send())
+            return
+        if events is None:
+            self.frames(frame)
+            return
+        self.taken += 1
+        self.record.append([_event(event) for event in events])
+        self.record.append(self.conn.data_to_send())
+
     def ack(self, stream_id: int, size: int) -> None:
         if self.conn.ack_quietly(stream_id, size):
             self.quiet += 1
@@ -93,10 +127,17 @@ class _Twin:
         self.record.append(self.conn.data_to_send())
 
 
+def _raised(exc: Exception) -> tuple[str, str]:
+    """What was raised, without the addresses some messages quote."""
+    return ("raised", re.sub(r"0x[0-9a-f]+", "0x", f"{type(exc).__name__}: {exc}"))
+
+
 def _event(event: h2.events.Event) -> Any:
     """What an event says, comparable across connections."""
     if event.__class__.__name__ == "DataReceived":
         return ["DataReceived", event.stream_id, event.flow_controlled_length]  # type: ignore[attr-defined]
+    if event.__class__.__name__ == "StreamEnded":
+        return ["StreamEnded", event.stream_id]  # type: ignore[attr-defined]
     values = ((name, getattr(event, name)) for name in dir(event) if not name.startswith("_"))
     fields = {
         name: value
@@ -169,25 +210,37 @@ def _differs(fast: _Twin, plain: _Twin) -> str | None:
 
 
 def data() -> str | None:
-    """Plain DATA and quiet acknowledgements, on both sides of every threshold."""
-    twins = fast, plain = _Twin([DATA], (1, 3, 5)), _Twin([], (1, 3, 5))
-    for twin in twins:
-        server = _Server()
-        twin.frames(server.response(1, 20_000), server.response(3), server.response(5, 10))
-        for _ in range(4):
-            twin.plain_data(1, 4000)
-            twin.ack(1, 4000)
-        # Stream 3's client reads late: 48,000 bytes held, then given back in
-        # steps that cross both windows' thresholds.
-        for size in (4000,) * 7 + (16_000, 4000):
-            twin.plain_data(3, size)
-        for size in (4000,) * 5 + (8000, 12_000, 8000):
-            twin.ack(3, size)
-        twin.frames(_data(1, 4000, end=True))  # content-length reached exactly
-        twin.plain_data(5, 11)  # over content-length: h2's error
-    if not fast.taken or not fast.quiet:
-        return f"fast path not taken ({fast.taken} DATA frames, {fast.quiet} acks)"
-    return _differs(fast, plain)
+    """Plain and last DATA and quiet acknowledgements, on both sides of every
+    threshold, and DATA beyond or short of a content-length."""
+    for last, ending in ((False, 11), (True, 9)):  # stream 5's content-length is 10
+        twins = fast, plain = _Twin([DATA], (1, 3, 5)), _Twin([], (1, 3, 5))
+        for twin in twins:
+            server = _Server()
+            twin.frames(server.response(1, 20_000), server.response(3), server.response(5, 10))
+            for _ in range(4):
+                twin.plain_data(1, 4000)
+                twin.ack(1, 4000)
+            # Stream 3's client reads late: 48,000 bytes held, then given back in
+            # steps that cross both windows' thresholds.
+            for size in (4000,) * 7 + (16_000, 4000):
+                twin.plain_data(3, size)
+            for size in (4000,) * 5 + (8000, 12_000, 8000):
+                twin.ack(3, size)
+            twin.last_data(1, 4000)  # content-length reached exactly
+            twin.last_data(3, 0)  # an empty last frame
+            twin.record.append(
+                [(sid, s.state_machine.state, s.closed_by) for sid, s in twin.conn.streams.items()]
+            )
+            if last:
+                twin.last_data(5, ending)  # short of content-length: h2's error
+            else:
+                twin.plain_data(5, ending)  # beyond it
+        if not fast.taken or not fast.quiet:
+            return f"fast path not taken ({fast.taken} DATA frames, {fast.quiet} acks)"
+        differs = _differs(fast, plain)
+        if differs is not None:
+            return differs
+    return None
 
 
 def receive() -> str | None:
@@ -293,6 +346,48 @@ def request_headers() -> str | None:
     if indexed[0] == indexed[1]:  # h2ping's requests leave the encoder's table alone
         return "the fast path was not taken"
     return _differs(fast, plain)
+
+
+def response_headers() -> str | None:
+    """Response heads of every kind, taken by h2ping or refused to h2, and the
+    errors that end a stream or the connection, as h2 has them."""
+    endings: list[tuple[frozenset[str], list[tuple[bytes, bytes]] | bytes | int]] = [
+        (frozenset(), b"\xff\x80"),  # a cut integer: HPACK's error
+        (frozenset(), [(b":status", b"200"), (b"content-length", b"x")]),  # h2's error
+        (frozenset({STREAM_FAULTS}), [(b":status", b"200"), (b"content-length", b"x")]),
+        (frozenset({STREAM_FAULTS}), [(b":status", b"200"), (b"x-big", b"v" * 2000)]),
+        (frozenset(), [(b":status", b"200"), (b"x-big", b"v" * 2000)]),  # over the limit
+        (frozenset(), 3),  # on a stream that ended: h2's connection error
+        (frozenset(), 11),  # on a stream never opened
+    ]
+    taken = 0
+    for others, ending in endings:
+        twins = fast, plain = (
+            _Twin({RESPONSE_HEADERS} | others, (1, 3, 5, 7, 9)),
+            _Twin(others, (1, 3, 5, 7, 9)),
+        )
+        for twin in twins:
+            server = _Server()
+            twin.response_headers(server.response(1, 3))
+            twin.last_data(1, 3)
+            twin.response_headers(server.headers(3, [(b":status", b"204")], end=True))
+            twin.response_headers(server.headers(5, [(b":status", b"103"), (b"link", b"</a>")]))
+            twin.response_headers(server.response(5))
+            twin.response_headers(server.headers(5, [(b"x-trailer", b"t")], end=True))
+            twin.conn.reset_stream(7)
+            twin.response_headers(server.response(7))  # on a stream we reset
+            if isinstance(ending, int):
+                twin.response_headers(server.response(ending))
+            elif isinstance(ending, bytes):
+                twin.response_headers(HeadersFrame(9, ending, flags=["END_HEADERS"]))
+            else:
+                twin.response_headers(server.headers(9, ending))
+            twin.record.append([twin.conn.state_machine.state, sorted(twin.conn.streams)])
+        differs = _differs(fast, plain)
+        if differs is not None:
+            return differs
+        taken += fast.taken
+    return None if taken else "the fast path was not taken"
 
 
 def stream_faults() -> str | None:

@@ -36,7 +36,10 @@ from ..logs import plural
 from ..stats import Stats
 from . import fastpaths
 from .frames import (
+    FRAME,
+    FRAME_HEADER,
     GOAWAY,
+    HEADERS_TYPE,
     RUN,
     FloodError,
     FrameSizeError,
@@ -44,7 +47,7 @@ from .frames import (
     data_frame,
     parse_goaway,
 )
-from .h2conn import DATA, H2_CONFIG, H2Connection, StreamFault
+from .h2conn import DATA, H2_CONFIG, RESPONSE_HEADERS, H2Connection, StreamFault
 from .h2errors import describe_h2_error
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
 from .lifetime import Lifetime
@@ -128,7 +131,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._transport: asyncio.Transport | None = None
         self._stats = stats
         fast = fastpaths.enabled()
-        self._frames = FrameSplitter(plain_data=DATA in fast)
+        self._frames = FrameSplitter(
+            plain_data=DATA in fast, plain_headers=RESPONSE_HEADERS in fast
+        )
         self._read_buffer = memoryview(bytearray(READ_SIZE))
         self._inbound = InboundTurns(
             self._loop, self._take_batch, lambda: self._frames.ready, self._is_closed
@@ -290,6 +295,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
                     self._receive(piece)
                 elif kind == GOAWAY:
                     self._on_goaway(piece)
+                elif kind == FRAME:
+                    if not self._receive_whole_frame(piece):
+                        self._receive(piece)
                 elif not self._receive_plain_data(kind, piece):
                     self._receive(data_frame(kind, piece))
                 if self.state is ConnState.CLOSED:
@@ -311,11 +319,36 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     # ----------------------------------------------------------------- inbound
 
     def _receive(self, frames: bytes) -> None:
-        for event in self._h2.receive_data(frames):
+        self._dispatch_all(self._h2.receive_data(frames))
+
+    def _dispatch_all(self, events: list[h2.events.Event]) -> None:
+        for event in events:
             try:
                 self._dispatch(event)
             except Exception:  # a bug serving one stream must not end the others
                 self._internal_error(getattr(event, "stream_id", 0))
+
+    def _receive_whole_frame(self, frame: bytes) -> bool:
+        """A response's plain HEADERS, or its last DATA frame, taken without h2's
+        frame parsing where h2 agrees; False: h2 must take it."""
+        stream_id = int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF
+        payload = frame[FRAME_HEADER:]
+        if frame[3] == HEADERS_TYPE:
+            events = self._h2.take_response_headers(stream_id, payload, bool(frame[4] & 0x1))
+            if events is None:
+                return False
+            self._dispatch_all(events)
+            return True
+        stream = self.streams.get(stream_id)
+        size = len(payload)
+        if stream is None or not self._h2.take_last_data(stream_id, size):
+            return False
+        try:
+            stream.got_data(payload, size)
+            stream.got_end()
+        except Exception:
+            self._internal_error(stream_id)
+        return True
 
     def _receive_plain_data(self, stream_id: int, payload: bytes) -> bool:
         """A response's DATA frame (no flags), delivered without h2's events when
