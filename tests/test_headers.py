@@ -192,3 +192,14 @@ def test_malformed_response_blocks_are_refused(block: list[tuple[bytes, bytes]])
     with pytest.raises(MalformedResponse) as caught:
         response_head(block)
     assert b"injected" not in str(caught.value).encode()
+
+
+def test_checked_names_are_bounded_and_never_let_a_bad_name_through() -> None:
+    from h2ping.forward import headers
+
+    for i in range(headers.CHECKED_NAMES + 50):
+        response_head([(b":status", b"200"), (b"x-name-%d" % i, b"v")])
+    assert len(headers._CHECKED_NAMES) <= headers.CHECKED_NAMES
+    for _ in range(2):
+        with pytest.raises(MalformedResponse):
+            response_head([(b":status", b"200"), (b"X-Name-1", b"v")])

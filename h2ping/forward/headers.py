@@ -133,6 +133,12 @@ _LOWERCASE_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]|\A[ \t]|[ \t]\Z")
 
 
+#: Response field names already found to be lowercase tokens (most repeat in
+#: every response); bounded, so that a server inventing names cannot grow it.
+CHECKED_NAMES = 256
+_CHECKED_NAMES: set[bytes] = set()
+
+
 def response_head(headers: Iterable[Header]) -> tuple[int, list[Header]]:
     """Check an HTTP/2 response header block and split it into status and
     HTTP/1.1 fields, in one pass (h2's own inbound validation is off: slower,
@@ -148,8 +154,11 @@ def response_head(headers: Iterable[Header]) -> tuple[int, list[Header]]:
                 raise MalformedResponse("invalid :status")
             status = int(value)
             continue
-        if not _LOWERCASE_TOKEN.fullmatch(name):
-            raise MalformedResponse("header name that is not a lowercase token")
+        if name not in _CHECKED_NAMES:
+            if not _LOWERCASE_TOKEN.fullmatch(name):
+                raise MalformedResponse("header name that is not a lowercase token")
+            if len(_CHECKED_NAMES) < CHECKED_NAMES:
+                _CHECKED_NAMES.add(name)
         if _BAD_VALUE.search(value):
             raise MalformedResponse("control character or surrounding space in a header value")
         if name in _RESPONSE_CONNECTION_FIELDS:

@@ -284,20 +284,43 @@ def receive() -> str | None:
 
 
 def hpack() -> str | None:
-    """Repeated literal fields (as nginx sends them) and the dynamic table they fill."""
-    twins = fast, plain = _Twin([HPACK], (1, 3, 5)), _Twin([], (1, 3, 5))
+    """Repeated literal fields (as nginx sends them), the dynamic table they fill
+    and indices into it, one byte or more, table size updates, and HPACK's errors."""
     # :status 200; server: nginx (incremental indexing, static name); x-abc: v
-    # (incremental indexing, literal name); x-def: w (never indexed).
-    block = b"\x88\x76\x05nginx\x40\x05x-abc\x01v\x10\x05x-def\x01w"
-    for twin in twins:
-        twin.frames(HeadersFrame(1, block, flags=["END_HEADERS"]))
-        twin.frames(HeadersFrame(3, block, flags=["END_HEADERS"]))
-        # The two newest dynamic entries, by index: x-abc, then server.
-        twin.frames(HeadersFrame(5, b"\x88\xbe\xbf", flags=["END_HEADERS", "END_STREAM"]))
-    decoder = fast.conn.decoder
-    if not isinstance(decoder, FieldCachingDecoder) or not decoder.hits:
-        return "h2ping's decoder is not the one h2 decodes with"
-    return _differs(fast, plain)
+    # (incremental indexing, literal name); x-def: w (never indexed); x-ghi: u
+    # (without indexing).
+    block = b"\x88\x76\x05nginx\x40\x05x-abc\x01v\x10\x05x-def\x01w\x00\x05x-ghi\x01u"
+    # 72 more entries in three blocks, so that index 130 (two bytes: 127 + 3) names one.
+    many = [b"".join(b"\x40\x04x-%02d\x01v" % i for i in range(n, n + 24)) for n in (0, 24, 48)]
+    endings = [
+        b"",
+        b"\x80",  # index 0
+        b"\xff\x7f",  # index 254: past both tables
+        b"\x88\x20",  # a table size update after a field
+        b"\x00\x03x-z\x7f\xd1\x0e" + b"v" * 2000,  # over the header list limit
+        b"\x00\x03x-z\x05v",  # a cut string
+    ]
+    for ending in endings:
+        streams = range(1, 17, 2)
+        twins = fast, plain = _Twin([HPACK], streams), _Twin([], streams)
+        for twin in twins:
+            twin.frames(HeadersFrame(1, block, flags=["END_HEADERS"]))
+            twin.frames(HeadersFrame(3, block, flags=["END_HEADERS"]))
+            # The two newest dynamic entries, by index: x-abc, then server.
+            twin.frames(HeadersFrame(5, b"\x88\xbe\xbf", flags=["END_HEADERS", "END_STREAM"]))
+            # The table shrunk to 100 bytes (evicting), then grown back to 4,096.
+            twin.frames(HeadersFrame(7, b"\x3f\x45\x88\xbe", flags=["END_HEADERS"]))
+            twin.frames(HeadersFrame(9, b"\x3f\xe1\x1f" + many[0], flags=["END_HEADERS"]))
+            twin.frames(HeadersFrame(11, many[1], flags=["END_HEADERS"]))
+            twin.frames(HeadersFrame(13, many[2], flags=["END_HEADERS"]))
+            twin.frames(HeadersFrame(15, b"\x88\xff\x03" + ending, flags=["END_HEADERS"]))
+        decoder = fast.conn.decoder
+        if not isinstance(decoder, FieldCachingDecoder) or not decoder.hits:
+            return "h2ping's decoder is not the one h2 decodes with"
+        differs = _differs(fast, plain)
+        if differs is not None:
+            return differs
+    return None
 
 
 def request_headers() -> str | None:
