@@ -9,14 +9,19 @@ from __future__ import annotations
 import re
 import statistics
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
 from measure import percentiles
-from procs import BenchError
+from procs import BenchError, tree_cpu_clock
 
 LOAD_CPU = 1
 _UNITS_US = {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}
+# What h2load prints (flushed at once) around the window it counts in a timed run; its
+# request counts leave the warm-up out, so the proxy's CPU is read at these lines.
+MAIN_STARTED = "Main benchmark duration is started"
+MAIN_OVER = "Main benchmark duration is over"
 
 
 def _pinned(argv: list[str], cpu: int | str | None) -> list[str]:
@@ -33,6 +38,48 @@ def _run(argv: list[str], timeout: float, cpu: int | str | None = LOAD_CPU) -> s
     if done.returncode != 0:
         raise BenchError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr[-500:]}")
     return done.stdout
+
+
+def _run_measuring(
+    argv: list[str], timeout: float, cpu: int | str | None, pid: int, timed: bool
+) -> tuple[str, float | None]:
+    """Run h2load like ``_run`` (stderr into the output), and return with its output the
+    CPU seconds process tree ``pid`` used in the window h2load counts: between its
+    main-duration lines if ``timed``, else the whole run (None: no such lines)."""
+    reads = {MAIN_STARTED: None if timed else tree_cpu_clock(pid), MAIN_OVER: None}
+    lines: list[str] = []
+    popen = subprocess.Popen(
+        _pinned(argv, cpu), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        popen.kill()
+
+    killer = threading.Timer(timeout, expire)
+    killer.start()
+    try:
+        for line in popen.stdout or ():
+            for mark in reads:
+                if line.startswith(mark):
+                    reads[mark] = tree_cpu_clock(pid)
+            lines.append(line)
+        popen.wait()
+        if not timed:
+            reads[MAIN_OVER] = tree_cpu_clock(pid)
+    finally:
+        killer.cancel()
+        if popen.poll() is None:  # interrupted
+            popen.kill()
+            popen.wait()
+    output = "".join(lines)
+    if expired.is_set():
+        raise BenchError(f"{argv[0]} did not finish in {timeout:.0f}s")
+    if popen.returncode != 0:
+        raise BenchError(f"{' '.join(argv)} exited {popen.returncode}: {output[-500:]}")
+    start, end = reads[MAIN_STARTED], reads[MAIN_OVER]
+    return output, None if start is None or end is None else end - start
 
 
 def _to_us(text: str) -> float:
@@ -74,8 +121,12 @@ def h2load(
     warmup: float = 0.0,
     log_file: Path | None = None,
     cpu: int | str | None = LOAD_CPU,
+    cpu_of: int | None = None,
 ) -> dict[str, Any]:
-    """One h2load run (one thread), pinned to ``cpu``; ``cpu=None`` leaves it unpinned."""
+    """One h2load run (one thread), pinned to ``cpu``; ``cpu=None`` leaves it unpinned.
+
+    ``cpu_of``, a proxy's pid, adds the CPU its process tree used per request h2load
+    completed (``cpu_us_per_req``), both over the window h2load counts."""
     argv = ["h2load", "-t", "1", "-c", str(clients)]
     if duration is not None:
         argv += ["-D", f"{duration:g}"]
@@ -88,7 +139,14 @@ def h2load(
     if log_file is not None:
         argv += ["--log-file", str(log_file)]
     timeout = (duration or 0) + warmup + 120
-    return parse_h2load(_run([*argv, url], timeout, cpu))
+    if cpu_of is None:
+        return parse_h2load(_run([*argv, url], timeout, cpu))
+    output, cpu_s = _run_measuring([*argv, url], timeout, cpu, cpu_of, duration is not None)
+    result = parse_h2load(output)
+    done = result.get("requests_done")
+    result["proxy_cpu_s"] = cpu_s
+    result["cpu_us_per_req"] = cpu_s / done * 1e6 if cpu_s is not None and done else None
+    return result
 
 
 def latency_from_log(log_file: Path) -> dict[str, Any]:

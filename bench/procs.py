@@ -184,6 +184,25 @@ def tree_cpu_seconds(pid: int) -> float:
     return total / tick
 
 
+def tree_cpu_clock(pid: int) -> float:
+    """The same total as ``tree_cpu_seconds``, to the nanosecond: each process's CPU
+    clock (user + system of all its threads, exited ones too) instead of /proc/PID/stat's
+    10 ms ticks, which can be 20 ms off, 8% of what Go spends in a quick latency_1."""
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError):  # vanished
+            total += time.clock_gettime(_process_cpu_clock(current))
+            todo.extend(_children(current))
+    return total
+
+
+def _process_cpu_clock(pid: int) -> int:
+    # clock_getcpuclockid(pid), which Python does not wrap, as Linux encodes it:
+    # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED).
+    return (~pid << 3) | 2
+
+
 def raise_nofile(target: int = 200_000) -> int:
     """Raise RLIMIT_NOFILE (hard too, we are usually root) so children inherit it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

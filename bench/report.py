@@ -14,20 +14,27 @@ LAG_COLUMNS: list[tuple[str, Getter, str]] = [
     ("lag max ms", lambda f: f.get("loop_lag_max_ms"), "{:.1f}"),
 ]
 
+# The proxy's CPU (user + system, its process tree) per request h2load completed, over
+# h2load's counted window; n/a for direct peers, which have no proxy.
+CPU_COLUMN: tuple[str, Getter, str] = ("CPU us/req", lambda f: f.get("cpu_us_per_req"), "{:.0f}")
+
 # Per scenario: title, (column header, value getter, format), metrics to take ratios of.
 COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
     "small_50": (
-        "1. small requests, 50 connections (h2load --h1 /tiny)  [ratio > 1: h2ping faster]",
+        "1. small requests, 50 connections (h2load --h1 /tiny)  "
+        "[req/s ratio > 1: h2ping faster; CPU ratio > 1: h2ping uses more]",
         [
             ("req/s", lambda f: f["req_per_s"], "{:,.0f}"),
             ("mean ms", lambda f: f.get("latency_mean_us", 0) / 1000, "{:.2f}"),
             ("failed", lambda f: f.get("requests_failed", 0) + f.get("requests_errored", 0), "{}"),
+            CPU_COLUMN,
             *LAG_COLUMNS,
         ],
-        ["req_per_s"],
+        ["req_per_s", "cpu_us_per_req"],
     ),
     "latency_1": (
-        "2. small requests, 1 connection, latency in us  [ratio > 1: h2ping slower]",
+        "2. small requests, 1 connection, latency in us  "
+        "[ratio > 1: h2ping slower / uses more CPU]",
         [
             ("mean", lambda f: f["mean_us"], "{:.0f}"),
             ("p50", lambda f: f["p50_us"], "{:.0f}"),
@@ -35,8 +42,9 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
             ("+mean/direct", lambda f: f.get("added_mean_us_over_direct"), "{:+.0f}"),
             ("+p99/direct", lambda f: f.get("added_p99_us_over_direct"), "{:+.0f}"),
             ("+mean/direct-h1", lambda f: f.get("added_mean_us_over_direct-h1"), "{:+.0f}"),
+            CPU_COLUMN,
         ],
-        ["mean_us", "p99_us"],
+        ["mean_us", "p99_us", "cpu_us_per_req"],
     ),
     "transfer_16m": (
         "3. 16 MiB transfers, curl, median MB/s  [ratio > 1: h2ping faster]",
@@ -48,7 +56,8 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
     ),
     "workers": (
         "6. h2ping --workers 1 vs 2: small requests, 50 connections (h2load --h1 /tiny)  "
-        "[scaling: req/s over 1 worker's, target >= 1.70; x go: req/s over Go's]\n"
+        "[scaling: req/s over 1 worker's, target >= 1.70; x go: req/s over Go's; "
+        "CPU x go: CPU us/req over Go's]\n"
         "   pinning: {pinning}",
         [
             ("req/s", lambda f: f["req_per_s"], "{:,.0f}"),
@@ -56,6 +65,8 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
             ("failed", lambda f: f.get("requests_failed", 0) + f.get("requests_errored", 0), "{}"),
             ("scaling", lambda f: f.get("scaling_vs_1_worker"), "{:.2f}x"),
             ("x go", lambda f: f.get("vs_go"), "{:.2f}"),
+            CPU_COLUMN,
+            ("CPU x go", lambda f: f.get("cpu_vs_go"), "{:.2f}"),
             *LAG_COLUMNS,
         ],
         [],  # the scaling column is the comparison; no h2ping/peer ratio

@@ -138,6 +138,11 @@ def _ms(value: str) -> float:
     return float(value.removesuffix("ms"))
 
 
+def _pid(peer: Peer) -> int | None:
+    """The proxy's pid, whose CPU h2load's runs measure; None for nginx alone (direct)."""
+    return peer.proc.pid if peer.proc is not None else None
+
+
 # 1. small requests, 50 connections ---------------------------------------------------------
 
 
@@ -145,8 +150,9 @@ def small_50(bench: Bench) -> dict[str, Any]:
     duration, warmup = (4.0, 1.0) if bench.quick else (10.0, 2.0)
 
     def run(bench: Bench, peer: Peer) -> dict[str, Any]:
+        url = peer.url + "/tiny"
         result = h2load(
-            peer.url + "/tiny", h1=peer.h1, clients=50, duration=duration, warmup=warmup
+            url, h1=peer.h1, clients=50, duration=duration, warmup=warmup, cpu_of=_pid(peer)
         )
         if result.get("requests_failed") or result.get("requests_errored"):
             result["warning"] = "h2load counted failed/errored requests"
@@ -193,7 +199,15 @@ def workers(bench: Bench) -> dict[str, Any]:
 
     def run(bench: Bench, peer: Peer) -> dict[str, Any]:
         url = peer.url + "/tiny"
-        result = h2load(url, h1=True, clients=50, duration=duration, warmup=warmup, cpu=load_cpu)
+        result = h2load(
+            url,
+            h1=True,
+            clients=50,
+            duration=duration,
+            warmup=warmup,
+            cpu=load_cpu,
+            cpu_of=_pid(peer),
+        )
         if result.get("requests_failed") or result.get("requests_errored"):
             result["warning"] = "h2load counted failed/errored requests"
         return result
@@ -210,9 +224,12 @@ def workers(bench: Bench) -> dict[str, Any]:
     figures, errors = _each_peer(bench, "workers", names, run, start=start)
     one = figures.get("h2ping-w1", {}).get("req_per_s")
     go = figures.get("go", {}).get("req_per_s")
+    go_cpu = figures.get("go", {}).get("cpu_us_per_req")
     for label, peer_figures in figures.items():
         if go and label != "direct-h1":
             peer_figures["vs_go"] = peer_figures["req_per_s"] / go
+        if go_cpu and peer_figures.get("cpu_us_per_req") is not None:
+            peer_figures["cpu_vs_go"] = peer_figures["cpu_us_per_req"] / go_cpu
         if not label.startswith("h2ping-w"):
             continue
         if one:
@@ -236,9 +253,14 @@ def latency_1(bench: Bench) -> dict[str, Any]:
         url = peer.url + "/tiny"
         h2load(url, h1=peer.h1, clients=1, requests=200)  # warm: upstream connection, caches
         log_file = bench.tmp / f"latency-{peer.name}.tsv"
-        summary = h2load(url, h1=peer.h1, clients=1, requests=requests, log_file=log_file)
+        summary = h2load(
+            url, h1=peer.h1, clients=1, requests=requests, log_file=log_file, cpu_of=_pid(peer)
+        )
         figures = latency_from_log(log_file)
         figures["req_per_s"] = summary["req_per_s"]
+        for key in ("proxy_cpu_s", "cpu_us_per_req"):
+            if key in summary:
+                figures[key] = summary[key]
         figures["failed"] = summary.get("requests_failed", 0) + summary.get("requests_errored", 0)
         return figures
 
