@@ -54,7 +54,9 @@ All of this reaches into h2's private parts, grouped into the fast paths of
   hyperframe's frame objects and h2's frame dispatch, doing the rest as h2's
   ``_receive_headers_frame`` and ``receive_data`` do (``_decode_headers``, the
   state machines, the stream's own ``receive_headers``, ``_terminate_connection``
-  on a connection error); off, h2 takes every HEADERS frame.
+  on a connection error), and with ``stream_faults`` makes the streams
+  :class:`_UncheckedStream`, overriding ``_build_hdr_validation_flags`` and
+  ``_process_received_headers``; off, h2 takes every HEADERS frame.
 
 ``take_last_data`` (a response's last DATA frame, END_STREAM and no padding) is
 part of the ``data`` path.
@@ -200,6 +202,33 @@ class _Stream(h2.stream.H2Stream):
         return _Fault(self.stream_id, errors.HTTP_PROTOCOL_ERROR, detail, ErrorCodes.PROTOCOL_ERROR)
 
 
+class _UncheckedStream(_Stream):
+    """A :class:`_Stream` skipping the steps of h2's header handling that do
+    nothing under :data:`H2_CONFIG` (validation and normalization off, no header
+    encoding): building the validation flags and filtering the list through
+    them, which cost a few percent of a small request's CPU in h2's
+    configuration lookups. Part of the ``response_headers`` path."""
+
+    def _build_hdr_validation_flags(self, events: Any) -> Any:
+        return None  # read only by validation and normalization, both off
+
+    def _process_received_headers(
+        self, headers: Iterable[tuple[bytes, bytes]], flags: Any, header_encoding: Any
+    ) -> list[tuple[bytes, bytes]]:
+        return list(headers)
+
+
+def _unchecked(config: h2.config.H2Configuration) -> bool:
+    """Whether h2's header checks and conversions are all off in ``config``."""
+    return not (
+        config.validate_inbound_headers
+        or config.normalize_inbound_headers
+        or config.validate_outbound_headers
+        or config.normalize_outbound_headers
+        or config.header_encoding
+    )
+
+
 class H2Connection(h2.connection.H2Connection):
     """A client connection enforcing ``header_list_limit`` per stream, taking the
     fast paths named in ``fast`` (the probes of :mod:`h2ping.http2.fastpaths` choose)."""
@@ -216,6 +245,9 @@ class H2Connection(h2.connection.H2Connection):
         self._stream_faults = STREAM_FAULTS in fast
         self._fast_headers = REQUEST_HEADERS in fast
         self._fast_responses = RESPONSE_HEADERS in fast
+        self._stream_class = (
+            _UncheckedStream if self._fast_responses and _unchecked(config) else _Stream
+        )
         self._forget_at = _FORGET_FLOOR
         if HPACK in fast:
             self.decoder = FieldCachingDecoder()  # before any header block: a fresh state
@@ -369,7 +401,7 @@ class H2Connection(h2.connection.H2Connection):
         if not self._stream_faults:
             return stream
         # h2 builds the stream itself; _Stream only adds behaviour, no state.
-        stream.__class__ = _Stream
+        stream.__class__ = self._stream_class
         stream.header_list_limit = self.header_list_limit  # type: ignore[attr-defined]
         return stream
 
