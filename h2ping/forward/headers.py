@@ -133,10 +133,27 @@ _LOWERCASE_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9a-z]+")
 _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]|\A[ \t]|[ \t]\Z")
 
 
-#: Response field names already found to be lowercase tokens (most repeat in
-#: every response); bounded, so that a server inventing names cannot grow it.
-CHECKED_NAMES = 256
-_CHECKED_NAMES: set[bytes] = set()
+#: Response fields already found valid (most repeat, byte for byte, in every
+#: response); emptied when full, so that a server inventing fields cannot grow it.
+CHECKED_FIELDS = 1024
+_CHECKED_FIELDS: set[Header] = set()
+
+
+def _check_field(field: Header) -> None:
+    """Raise :class:`MalformedResponse` unless ``field`` may cross to HTTP/1.1."""
+    name, value = field
+    if not _LOWERCASE_TOKEN.fullmatch(name):
+        raise MalformedResponse("header name that is not a lowercase token")
+    if _BAD_VALUE.search(value):
+        raise MalformedResponse("control character or surrounding space in a header value")
+    if name in _RESPONSE_CONNECTION_FIELDS:
+        raise MalformedResponse("connection-specific header field")
+    if name == b"content-length" and not value.isdigit():
+        # It frames the HTTP/1.1 response: one valid value, or none at all.
+        raise MalformedResponse("invalid content-length")
+    if len(_CHECKED_FIELDS) >= CHECKED_FIELDS:
+        _CHECKED_FIELDS.clear()
+    _CHECKED_FIELDS.add(field)
 
 
 def response_head(headers: Iterable[Header]) -> tuple[int, list[Header]]:
@@ -146,7 +163,8 @@ def response_head(headers: Iterable[Header]) -> tuple[int, list[Header]]:
     status = 0
     length: bytes | None = None
     out: list[Header] = []
-    for name, value in headers:
+    for field in headers:
+        name, value = field
         if name[:1] == b":":
             if name != b":status" or status or out:
                 raise MalformedResponse("unknown, repeated or misplaced pseudo-header")
@@ -154,25 +172,15 @@ def response_head(headers: Iterable[Header]) -> tuple[int, list[Header]]:
                 raise MalformedResponse("invalid :status")
             status = int(value)
             continue
-        if name not in _CHECKED_NAMES:
-            if not _LOWERCASE_TOKEN.fullmatch(name):
-                raise MalformedResponse("header name that is not a lowercase token")
-            if len(_CHECKED_NAMES) < CHECKED_NAMES:
-                _CHECKED_NAMES.add(name)
-        if _BAD_VALUE.search(value):
-            raise MalformedResponse("control character or surrounding space in a header value")
-        if name in _RESPONSE_CONNECTION_FIELDS:
-            raise MalformedResponse("connection-specific header field")
+        if field not in _CHECKED_FIELDS:
+            _check_field(field)
         if name == b"content-length":
-            # It frames the HTTP/1.1 response: one valid value, or none at all.
-            if not value.isdigit():
-                raise MalformedResponse("invalid content-length")
             if length is not None:
                 if value != length:
                     raise MalformedResponse("conflicting content-length headers")
                 continue  # the same value again (RFC 9110 8.6): pass it on once
             length = value
-        out.append((name, value))
+        out.append(field)
     if not status:
         raise MalformedResponse("no :status")
     return status, out

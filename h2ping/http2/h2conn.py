@@ -104,6 +104,7 @@ FAST_PATHS = (RECEIVE, DATA, STREAM_FAULTS, HPACK, REQUEST_HEADERS, RESPONSE_HEA
 _CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
 #: Stream states in which a response's DATA is taken (ours is the client side).
 _RECEIVING = (h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL)
+_CLOSED = h2.stream.StreamState.CLOSED
 _OUTBOUND = h2.connection.AllowedStreamIDs.ODD
 _SEND_HEADERS = h2.connection.ConnectionInputs.SEND_HEADERS
 _STREAM_SEND_HEADERS = h2.stream.StreamInputs.SEND_HEADERS
@@ -378,22 +379,32 @@ class H2Connection(h2.connection.H2Connection):
 
     def ack_quietly(self, stream_id: int, size: int) -> bool:
         """Mark ``size`` received bytes on ``stream_id`` processed, as
-        ``acknowledge_received_data`` does, when neither window would get a
+        ``acknowledge_received_data`` does, when no window would get a
         WINDOW_UPDATE for it yet (h2 sends one once half a window is processed,
-        or sooner when a window is empty); else False with nothing changed."""
+        or sooner when a window is empty); else False with nothing changed. A
+        stream that ended has no window of its own left: only the connection's
+        counts, as in h2."""
         if not self._fast_data:
             return False
         stream = self.streams.get(stream_id)
-        if stream is None or stream.state_machine.state not in _RECEIVING:
+        if stream is None:
             return False
-        for window in (self._inbound_flow_control_window_manager, stream._inbound_window_manager):
+        state = stream.state_machine.state
+        connection_window = self._inbound_flow_control_window_manager
+        if state is _CLOSED:
+            windows: tuple[Any, ...] = (connection_window,)
+        elif state in _RECEIVING:
+            windows = (connection_window, stream._inbound_window_manager)
+        else:
+            return False
+        for window in windows:
             if (
                 not window.current_window_size
                 or window._bytes_processed + size >= window.max_window_size // 2
             ):
                 return False
-        self._inbound_flow_control_window_manager._bytes_processed += size
-        stream._inbound_window_manager._bytes_processed += size
+        for window in windows:
+            window._bytes_processed += size
         return True
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:

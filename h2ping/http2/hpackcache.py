@@ -51,30 +51,41 @@ class FieldCachingDecoder(hpack.Decoder):
     def decode(self, data: bytes, raw: bool = False) -> Any:
         if not raw:
             return super().decode(data, raw)
+        if data.__class__ is not bytes:
+            data = bytes(data)
         view = memoryview(data)
-        get_by_index = self.header_table.get_by_index
+        fields = self._fields
+        table = self.header_table
         limit = self.max_header_list_size
         headers: list[Any] = []
         size = pos = 0
         end = len(data)
+        header: Any
         while pos < end:
             first = data[pos]
             if first & 0x80:
                 if first == 0xFF:  # an index of 127 or more: more bytes
                     header, consumed = self._decode_indexed(view[pos:])
                 else:  # raises hpack's InvalidTableIndex as hpack does
-                    header, consumed = HeaderTuple(*get_by_index(first & 0x7F)), 1
-            elif first & 0x40:
-                header, consumed = self._decode_literal_index(view[pos:])
-            elif first & 0x20:
+                    header, consumed = HeaderTuple(*table.get_by_index(first & 0x7F)), 1
+            elif first & 0x40 or not first & 0x20:  # a literal field
+                indexing = first & 0x40 != 0
+                field_end = _field_end(data, pos, indexing)
+                header = fields.get(data[pos:field_end]) if field_end else None
+                if header is None:
+                    header, consumed = self._decode_literal(view[pos:], indexing)
+                else:
+                    self.hits += 1
+                    if indexing:
+                        table.add(header[0], header[1])
+                    consumed = field_end - pos
+            else:
                 if headers:
                     raise hpack.HPACKDecodingError(
                         "Table size update not at the start of the block"
                     )
                 pos += self._update_encoding_context(view[pos:])
                 continue
-            else:
-                header, consumed = self._decode_literal_no_index(view[pos:])
             if header[0].__class__ is not bytes or header[1].__class__ is not bytes:
                 header = header.__class__(bytes(header[0]), bytes(header[1]))  # (older hpack)
             headers.append(header)
@@ -88,13 +99,15 @@ class FieldCachingDecoder(hpack.Decoder):
         return headers
 
     def _decode_literal(self, data: bytes | memoryview, should_index: bool) -> tuple[Any, int]:
-        end = _field_end(data, should_index)
+        end = _field_end(data, 0, should_index)
         if end == 0:
             return super()._decode_literal(data, should_index)
         key = bytes(data[:end])
         header = self._fields.get(key)
         if header is None:
             header, consumed = super()._decode_literal(data, should_index)
+            if header[0].__class__ is not bytes or header[1].__class__ is not bytes:
+                header = header.__class__(bytes(header[0]), bytes(header[1]))  # (older hpack)
             if len(self._fields) >= CACHED_FIELDS:
                 self._fields.clear()
             self._fields[key] = header
@@ -105,15 +118,15 @@ class FieldCachingDecoder(hpack.Decoder):
         return header, end
 
 
-def _field_end(data: bytes | memoryview, should_index: bool) -> int:
-    """Where the literal field at the start of ``data`` ends, if it can be kept:
+def _field_end(data: bytes | memoryview, start: int, should_index: bool) -> int:
+    """Where the literal field at ``start`` in ``data`` ends, if it can be kept:
     its name a literal or a static-table entry, both lengths in one byte. 0
     otherwise (then hpack decodes it, and reports errors)."""
     prefix = 0x3F if should_index else 0x0F
-    name_index = data[0] & prefix
+    name_index = data[start] & prefix
     if name_index == prefix or name_index > _STATIC_ENTRIES:  # longer, or dynamic
         return 0
-    pos = 1
+    pos = start + 1
     if not name_index:
         if len(data) <= pos:
             return 0

@@ -227,7 +227,9 @@ def data() -> str | None:
             for size in (4000,) * 5 + (8000, 12_000, 8000):
                 twin.ack(3, size)
             twin.last_data(1, 4000)  # content-length reached exactly
+            twin.ack(1, 4000)  # after the end: the connection's window alone
             twin.last_data(3, 0)  # an empty last frame
+            twin.ack(3, 30_000)  # enough for the connection's WINDOW_UPDATE
             twin.record.append(
                 [(sid, s.state_machine.state, s.closed_by) for sid, s in twin.conn.streams.items()]
             )
@@ -306,8 +308,11 @@ def hpack() -> str | None:
         for twin in twins:
             twin.frames(HeadersFrame(1, block, flags=["END_HEADERS"]))
             twin.frames(HeadersFrame(3, block, flags=["END_HEADERS"]))
-            # The two newest dynamic entries, by index: x-abc, then server.
-            twin.frames(HeadersFrame(5, b"\x88\xbe\xbf", flags=["END_HEADERS", "END_STREAM"]))
+            # The four dynamic entries, by index: x-abc, server (stream 3's, kept
+            # fields added again), x-abc, server (stream 1's).
+            twin.frames(
+                HeadersFrame(5, b"\x88\xbe\xbf\xc0\xc1", flags=["END_HEADERS", "END_STREAM"])
+            )
             # The table shrunk to 100 bytes (evicting), then grown back to 4,096.
             twin.frames(HeadersFrame(7, b"\x3f\x45\x88\xbe", flags=["END_HEADERS"]))
             twin.frames(HeadersFrame(9, b"\x3f\xe1\x1f" + many[0], flags=["END_HEADERS"]))
