@@ -57,14 +57,17 @@ def test_blocks_decode_to_the_fields_given_and_index_nothing(
             assert list(decoder.header_table.dynamic_entries) == before
 
 
-def test_a_field_is_the_same_bytes_every_time_and_varying_ones_are_not_kept() -> None:
+def test_fields_are_the_same_bytes_every_time_and_only_repeating_ones_are_kept() -> None:
     encoder = RequestBlockEncoder()
     fields = [(b":method", b"POST"), (b":path", b"/a"), (b"user-agent", b"python/3.11")]
     assert encoder.encode(fields) == encoder.encode([HeaderTuple(*f) for f in fields])
-    assert set(encoder._plain) == {(b":method", b"POST"), (b"user-agent", b"python/3.11")}
-    # A field and the same field never indexed are different representations.
+    assert set(encoder._kept) == {(b":method", b"POST"), (b"user-agent", b"python/3.11")}
+    # Credentials are never kept, even when a plain field with the same bytes is:
+    # they are encoded never-indexed every time.
     secret = NeverIndexedHeaderTuple(b"user-agent", b"python/3.11")
     assert encoder.encode([secret]) != encoder.encode([fields[2]])
+    encoder.encode([NeverIndexedHeaderTuple(b"authorization", b"Bearer t")])
+    assert (b"authorization", b"Bearer t") not in encoder._kept
 
 
 def test_static_fields_are_one_byte_and_static_names_are_referenced() -> None:
@@ -79,6 +82,6 @@ def test_the_store_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     encoder = RequestBlockEncoder()
     for i in range(10):
         encoder.encode([(b"x-n", str(i).encode())])
-        assert len(encoder._plain) <= 4
+        assert len(encoder._kept) <= 4
     encoder.encode([(b"x-big", b"v" * (hpackencode.KEPT_VALUE_LIMIT + 1))])
-    assert (b"x-big", b"v" * (hpackencode.KEPT_VALUE_LIMIT + 1)) not in encoder._plain
+    assert (b"x-big", b"v" * (hpackencode.KEPT_VALUE_LIMIT + 1)) not in encoder._kept

@@ -82,7 +82,7 @@ from .. import errors
 from ..fields import Header
 from .h2errors import describe_h2_error
 from .hpackcache import FieldCachingDecoder
-from .hpackencode import REQUEST_BLOCKS
+from .hpackencode import RequestBlockEncoder
 
 #: A header list up to this much above our limit is still decoded (so only its
 #: stream fails); beyond it decoding costs too much, and the connection ends.
@@ -250,6 +250,7 @@ class H2Connection(h2.connection.H2Connection):
             _UncheckedStream if self._fast_responses and _unchecked(config) else _Stream
         )
         self._forget_at = _FORGET_FLOOR
+        self._request_blocks = RequestBlockEncoder()
         if HPACK in fast:
             self.decoder = FieldCachingDecoder()  # before any header block: a fresh state
         self.header_list_limit = header_list_limit
@@ -276,7 +277,7 @@ class H2Connection(h2.connection.H2Connection):
             or self.encoder.header_table.resized
         ):
             return False
-        block = REQUEST_BLOCKS.encode(headers)
+        block = self._request_blocks.encode(headers)
         size = len(block)
         if size > self.max_outbound_frame_size:
             return False

@@ -7,13 +7,15 @@ without indexing" (or "never indexed" for credentials, or as a static-table
 index where the static table has the whole field), naming a static-table entry
 where the static table has the name. Such a field means the same whatever
 either side's dynamic table holds, and changes neither table, so its bytes can
-be kept and reused on every connection: a request's header block is mostly a
-join of kept bytes. The cost is bytes on the wire: a repeated field is sent in
-full each time instead of as one index byte, a few dozen bytes per request.
+be kept and reused: a request's header block is mostly a join of kept bytes.
+The cost is bytes on the wire: a repeated field is sent in full each time
+instead of as one index byte, a few dozen bytes per request.
 
-Values that change from request to request (``:path``, ``content-length``)
-are encoded each time and not kept, without Huffman coding (Python's Huffman
-coder would cost more than it saves on a loopback-to-upstream hop).
+Each connection keeps its own fields, as an HPACK encoder keeps its table, and
+only what such a table would hold: fields marked never-indexed (credentials),
+values that change from request to request (``:path``, ``content-length``) and
+long values are encoded each time and not kept, without Huffman coding
+(Python's Huffman coder would cost more than it saves on them).
 
 Huffman coding of kept fields uses hpack's coder and code table when they are
 there (hpack 4.0-4.2), and plain strings otherwise; the ``request_headers``
@@ -68,8 +70,8 @@ for _index, (_name, _) in enumerate(STATIC_TABLE, 1):
 
 #: Fields whose values differ per request: encoded each time, never kept.
 VARYING = frozenset({b":path", b"content-length"})
-#: Kept fields, per process; the store starts again empty when full.
-KEPT_FIELDS = 2048
+#: Kept fields, per connection; the store starts again empty when full.
+KEPT_FIELDS = 256
 #: A longer value is encoded each time (a large cookie or token is not worth keeping).
 KEPT_VALUE_LIMIT = 1024
 
@@ -119,27 +121,24 @@ class RequestBlockEncoder:
     """Encodes header lists as blocks that use no dynamic table (see the module)."""
 
     def __init__(self) -> None:
-        self._plain: dict[Header, bytes] = {}
-        self._sensitive: dict[Header, bytes] = {}
+        self._kept: dict[Header, bytes] = {}
 
     def encode(self, headers: Iterable[Header]) -> bytes:
+        kept = self._kept
         parts = []
         for header in headers:
-            sensitive = isinstance(header, NeverIndexedHeaderTuple)
-            kept = self._sensitive if sensitive else self._plain
+            if header.__class__ is NeverIndexedHeaderTuple:  # equal to a plain one: not kept
+                parts.append(field(header[0], header[1], True, huffman=False))
+                continue
             encoded = kept.get(header)
             if encoded is None:
                 name, value = header
                 if name in VARYING or len(value) > KEPT_VALUE_LIMIT:
-                    encoded = field(name, value, sensitive, huffman=False)
+                    encoded = field(name, value, False, huffman=False)
                 else:
-                    encoded = field(name, value, sensitive)
+                    encoded = field(name, value, False)
                     if len(kept) >= KEPT_FIELDS:
                         kept.clear()
                     kept[header] = encoded
             parts.append(encoded)
         return b"".join(parts)
-
-
-#: One per process: the blocks depend on nothing a connection holds.
-REQUEST_BLOCKS = RequestBlockEncoder()
