@@ -135,7 +135,17 @@ _BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]|\A[ \t]|[ \t]\Z")
 
 #: Response fields already found valid (most repeat, byte for byte, in every
 #: response); emptied when full, so that a server inventing fields cannot grow it.
+#: Only fields of these names are kept: they carry no credentials (a
+#: ``set-cookie`` value, say, is checked each time and kept nowhere).
 CHECKED_FIELDS = 1024
+KEPT_NAMES = frozenset(
+    {
+        b"accept-ranges", b"access-control-allow-origin", b"age", b"cache-control",
+        b"content-encoding", b"content-language", b"content-length", b"content-type",
+        b"date", b"etag", b"expires", b"last-modified", b"server",
+        b"strict-transport-security", b"vary", b"via", b"x-content-type-options",
+    }
+)  # fmt: skip
 _CHECKED_FIELDS: set[Header] = set()
 
 
@@ -151,9 +161,10 @@ def _check_field(field: Header) -> None:
     if name == b"content-length" and not value.isdigit():
         # It frames the HTTP/1.1 response: one valid value, or none at all.
         raise MalformedResponse("invalid content-length")
-    if len(_CHECKED_FIELDS) >= CHECKED_FIELDS:
-        _CHECKED_FIELDS.clear()
-    _CHECKED_FIELDS.add(field)
+    if name in KEPT_NAMES:
+        if len(_CHECKED_FIELDS) >= CHECKED_FIELDS:
+            _CHECKED_FIELDS.clear()
+        _CHECKED_FIELDS.add(field)
 
 
 def response_head(headers: Iterable[Header]) -> tuple[int, list[Header]]:

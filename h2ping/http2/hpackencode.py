@@ -70,10 +70,11 @@ for _index, (_name, _) in enumerate(STATIC_TABLE, 1):
 
 #: Fields whose values differ per request: encoded each time, never kept.
 VARYING = frozenset({b":path", b"content-length"})
-#: Kept fields, per connection; the store starts again empty when full.
-KEPT_FIELDS = 256
+#: Kept fields, per connection; the store starts again empty when full. With
+#: KEPT_VALUE_LIMIT, that bounds it to about 50 KiB per connection.
+KEPT_FIELDS = 128
 #: A longer value is encoded each time (a large cookie or token is not worth keeping).
-KEPT_VALUE_LIMIT = 1024
+KEPT_VALUE_LIMIT = 256
 
 _INDEXED = 0x80  # 6.1: the whole field from the static table
 _WITHOUT_INDEXING = 0x00  # 6.2.2
