@@ -16,9 +16,8 @@ returned as decoded, without hpack's per-field helper calls and copies.
 
 This overrides hpack's ``Decoder.decode`` and ``Decoder._decode_literal``,
 which every literal field goes through (hpack 4.0-4.2), and uses the
-decoder's ``_decode_indexed``, ``_decode_literal_index``,
-``_decode_literal_no_index``, ``_update_encoding_context`` and
-``_assert_valid_table_size`` and ``header_table.get_by_index`` and ``add``:
+decoder's ``_decode_indexed``, ``_update_encoding_context`` and
+``_assert_valid_table_size`` and its table's ``get_by_index`` and ``add``:
 h2ping's ``hpack`` fast path, taken only where its probe
 (h2ping.http2.probes.hpack) passed.
 tests/test_hpackcache_unit.py decodes the same blocks with both and compares
