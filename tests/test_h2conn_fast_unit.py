@@ -265,6 +265,34 @@ async def test_plain_data_is_taken_on_the_fast_path(monkeypatch: pytest.MonkeyPa
     assert bytes(fast.sinks[1].data) == b"\x01" * 10_000
 
 
+async def test_headers_and_last_data_are_taken_on_the_fast_paths() -> None:
+    """As above, for the request's HEADERS and the response's HEADERS and last DATA."""
+    fast = Twin(True, (False,))
+    h2conn: Any = fast.h.conn._h2
+    # The request left without hpack's encoder: its dynamic table is still empty.
+    assert not h2conn.encoder.header_table.dynamic_entries
+    calls = {"headers": 0, "last": 0}
+    take_headers, take_last = h2conn.take_response_headers, h2conn.take_last_data
+
+    def counting_headers(stream_id: int, block: bytes, end_stream: bool) -> Any:
+        events = take_headers(stream_id, block, end_stream)
+        calls["headers"] += events is not None
+        return events
+
+    def counting_last(stream_id: int, size: int) -> bool:
+        taken = take_last(stream_id, size)
+        calls["last"] += taken
+        return taken
+
+    h2conn.take_response_headers, h2conn.take_last_data = counting_headers, counting_last
+    fast.step(("headers", 1, 5, False))
+    fast.step(("data", 1, 5, True, 0))
+    await fast.h.settle()
+    assert calls == {"headers": 1, "last": 1}
+    sink = fast.sinks[1]
+    assert (sink.status, bytes(sink.data), sink.ended) == (200, b"\x01" * 5, True)
+
+
 def test_the_splitter_hands_out_plain_frames_only() -> None:
     server = FakeServer()
     headers = server.headers(1, 200)

@@ -102,6 +102,9 @@ RESPONSE_HEADERS = "response_headers"
 FAST_PATHS = (RECEIVE, DATA, STREAM_FAULTS, HPACK, REQUEST_HEADERS, RESPONSE_HEADERS)
 
 _CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
+#: Connection states in which a request's HEADERS are framed by h2ping (the
+#: first request moves the connection from IDLE to CLIENT_OPEN).
+_SENDING = (h2.connection.ConnectionState.IDLE, _CLIENT_OPEN)
 #: Stream states in which a response's DATA is taken (ours is the client side).
 _RECEIVING = (h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL)
 _CLOSED = h2.stream.StreamState.CLOSED
@@ -272,7 +275,7 @@ class H2Connection(h2.connection.H2Connection):
         nothing changed where it might (h2 then raises, or needs CONTINUATION,
         or a dynamic table size update must lead the block)."""
         if (
-            self.state_machine.state is not _CLIENT_OPEN
+            self.state_machine.state not in _SENDING
             or stream_id in self.streams
             or self.encoder.header_table.resized
         ):

@@ -86,7 +86,8 @@ class _Twin:
             return
         self.record.append(self.sent.frames(self.conn.data_to_send()))
         stream = self.conn.streams[stream_id]
-        self.record.append([stream.state_machine.state, stream.request_method, stream._authority])
+        machines = [self.conn.state_machine.state, stream.state_machine.state]
+        self.record.append([*machines, stream.request_method, stream._authority])
 
     def plain_data(self, stream_id: int, size: int) -> None:
         if self.conn.take_plain_data(stream_id, size):
