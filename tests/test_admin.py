@@ -283,4 +283,6 @@ async def test_event_loop_lag_is_measured_when_asked(session: aiohttp.ClientSess
         < metrics[("h2ping_event_loop_lag_seconds_count", "")]
     )
     assert "loop_lag_p99=" in summary and "loop_lag_max=" in summary
-    assert proxy.lag is not None and proxy.lag.max >= 0.04
+    # At least the 50 ms block less one 10 ms interval; uvloop's loop clock
+    # counts whole milliseconds, so the difference can come out a hair under.
+    assert proxy.lag is not None and proxy.lag.max >= 0.039
