@@ -32,11 +32,23 @@ http {{
         listen 127.0.0.1:{port} ssl http2;
         ssl_certificate {cert};
         ssl_certificate_key {key};
-        {directives}
-        location / {{ return 200 "ok $request_uri\\n"; }}
+{server}
     }}
 }}
 """
+#: The server block of :func:`run_nginx`: ``directives``, and a short answer.
+_ANSWERING = """        {directives}
+        location / {{ return 200 "ok $request_uri\\n"; }}"""
+
+
+def write_config(workdir: pathlib.Path, port: int, tls: TLSFiles, server: str) -> pathlib.Path:
+    """``workdir/nginx.conf``: one TLS HTTP/2 server on ``port``, its block
+    ending with ``server`` (nginx directives, indented)."""
+    conf = workdir / "nginx.conf"
+    conf.write_text(
+        CONFIG.format(dir=workdir, port=port, cert=tls.cert_file, key=tls.key_file, server=server)
+    )
+    return conf
 
 
 def nginx_binary() -> str:
@@ -56,12 +68,7 @@ async def run_nginx(
 ) -> AsyncIterator[str]:
     binary = nginx_binary()
     port = free_port()
-    conf = workdir / "nginx.conf"
-    conf.write_text(
-        CONFIG.format(
-            dir=workdir, port=port, cert=tls.cert_file, key=tls.key_file, directives=directives
-        )
-    )
+    conf = write_config(workdir, port, tls, _ANSWERING.format(directives=directives))
     proc = subprocess.Popen(
         [binary, "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "error.log")],
         stdout=subprocess.DEVNULL,

@@ -9,29 +9,13 @@ import signal
 from collections.abc import AsyncIterator
 
 from ..conftest import TLSFiles, free_port
-from ..nginx import nginx_binary
+from ..nginx import nginx_binary, write_config
 from . import Origin, running_process
 from .backend import run_backend
 
-CONFIG = """
-daemon off;
-worker_processes 1;
-user root;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-    server {{
-        listen 127.0.0.1:{port} ssl http2;
-        ssl_certificate {cert};
-        ssl_certificate_key {key};
-        # An idle h2 connection is kept this long (the idle case lasts a minute).
+#: The server block: how long and how many streams a connection lasts, and the
+#: backend behind it.
+SERVER = """        # An idle h2 connection is kept this long (the idle case lasts a minute).
         keepalive_timeout 120s;
         # GOAWAY after this many streams on a connection.
         keepalive_requests {max_requests};
@@ -41,10 +25,7 @@ http {{
             proxy_http_version 1.1;
             proxy_buffering off;
             proxy_request_buffering off;
-        }}
-    }}
-}}
-"""
+        }}"""
 
 
 @contextlib.asynccontextmanager
@@ -54,17 +35,8 @@ async def run_nginx(
     binary = nginx_binary()
     async with run_backend() as (backend, seen):
         port = free_port()
-        conf = workdir / "nginx.conf"
-        conf.write_text(
-            CONFIG.format(
-                dir=workdir,
-                port=port,
-                cert=tls.cert_file,
-                key=tls.key_file,
-                max_requests=max_requests or 1_000_000,
-                backend=backend,
-            )
-        )
+        server = SERVER.format(max_requests=max_requests or 1_000_000, backend=backend)
+        conf = write_config(workdir, port, tls, server)
         argv = [binary, "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "error.log")]
         async with running_process(argv, port, workdir) as proc:
 
