@@ -5,8 +5,10 @@ the client wrote, a fake server that builds frames with hyperframe and hpack, an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
+from unittest import mock
 
 import hpack
 from h2.settings import SettingCodes
@@ -25,6 +27,7 @@ from hyperframe.frame import (
 from h2ping.config import Config, parse_upstream
 from h2ping.errors import UpstreamError
 from h2ping.fields import Header
+from h2ping.http2.engine import fastpaths
 from h2ping.http2.streams import StreamSlot, UpstreamStream
 from h2ping.http2.upstream import ConnState, UpstreamConnection
 from h2ping.stats import Stats
@@ -43,6 +46,13 @@ def config(**settings: Any) -> Config:
     settings.setdefault("max_conn_age", 0.0)
     settings.setdefault("idle_conn_timeout", 0.0)
     return Config(upstream=parse_upstream("https://upstream.test"), **settings)
+
+
+@contextlib.contextmanager
+def only_fast_paths(paths: Collection[str]) -> Iterator[None]:
+    """Connections made meanwhile take these fast paths, whatever the probes said."""
+    with mock.patch.object(fastpaths, "enabled", lambda: frozenset(paths)):
+        yield
 
 
 class FakeTransport:

@@ -15,7 +15,7 @@ import pytest
 
 from h2ping import errors, sockets
 from h2ping.http1 import listener
-from h2ping.http2 import h2errors
+from h2ping.http2.engine import errortext as h2errors
 
 from .h2fake import FakeServer, Harness
 from .test_http1_strict import proxy_and_upstream, send_raw

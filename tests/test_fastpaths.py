@@ -23,8 +23,8 @@ import aiohttp
 import h2.windows
 import pytest
 
-from h2ping.http2 import fastpaths, probes
-from h2ping.http2.h2conn import FAST_PATHS
+from h2ping.http2.engine import fastpaths, manifest, probes
+from h2ping.http2.engine.manifest import FAST_PATHS
 from h2ping.process.metrics import Snapshot
 from h2ping.stats import Stats
 
@@ -116,32 +116,8 @@ def quarter_window_updates(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(h2.windows.WindowManager, "_maybe_update_window", _maybe_update_window)
 
 
-CONNECTION, STREAM = "h2.connection", "h2.stream"
-BREAKAGES: list[tuple[tuple[str, ...], str, set[str]]] = [
-    # (modules, the name renamed throughout them, the fast paths that must be off)
-    ((STREAM,), "_inbound_window_manager", {"data"}),
-    ((CONNECTION,), "_inbound_flow_control_window_manager", {"data", "stream_faults"}),
-    (("h2.windows",), "_bytes_processed", {"data"}),
-    ((STREAM,), "_expected_content_length", {"data"}),
-    ((STREAM,), "_actual_content_length", {"data"}),
-    ((CONNECTION,), "_frame_dispatch_table", {"receive"}),
-    # (response_headers is probed with stream faults on as well: off with them.)
-    ((CONNECTION,), "_receive_frame", {"receive", "stream_faults", "response_headers"}),
-    ((CONNECTION,), "_prepare_for_sending", {"receive", "stream_faults"}),
-    ((CONNECTION,), "_stream_is_closed_by_reset", {"receive"}),
-    ((CONNECTION,), "_stream_is_closed_by_end", {"receive"}),
-    (("h2.exceptions", CONNECTION, STREAM), "_events", {"receive"}),
-    ((CONNECTION,), "_begin_new_stream", {"stream_faults"}),
-    (("hpack.hpack",), "_decode_literal", {"hpack"}),
-    (("hpack.hpack", "hpack.table"), "add", {"hpack"}),
-    ((CONNECTION,), "_data_to_send", {"request_headers"}),
-    ((CONNECTION,), "_get_or_create_stream", {"request_headers"}),
-    ((STREAM,), "_authority", {"request_headers"}),
-    ((STREAM,), "request_method", {"request_headers"}),
-    (("hpack.hpack", "hpack.table"), "resized", {"request_headers"}),
-    ((CONNECTION,), "_decode_headers", {"response_headers"}),
-    ((CONNECTION,), "_terminate_connection", {"response_headers"}),
-]
+#: The manifest's rows that a release could rename, each renamed in the modules it names.
+RENAMABLE = [reach for reach in manifest.MANIFEST if reach.renamed_in]
 
 
 async def forward_some(url: str, session: aiohttp.ClientSession) -> None:
@@ -162,24 +138,32 @@ def warning_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "fast paths off" in r.getMessage()]
 
 
-@pytest.mark.parametrize(
-    ("modules", "name", "off"),
-    BREAKAGES,
-    ids=[f"{name}-in-{'+'.join(m)}" for m, name, _ in BREAKAGES],
-)
+@pytest.mark.parametrize("reach", RENAMABLE, ids=[reach.qualname for reach in RENAMABLE])
 async def test_the_proxy_forwards_with_an_internal_renamed(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     tls: TLSFiles,
     hypercorn_echo: str,
     session: aiohttp.ClientSession,
-    modules: tuple[str, ...],
-    name: str,
-    off: set[str],
+    reach: manifest.Reach,
 ) -> None:
+    """Renamed, the name is missing: exactly the paths of its row are off."""
     caplog.set_level(logging.WARNING, logger="h2ping")
-    rename(monkeypatch, modules, name)
-    await check_fallback(caplog, tls, hypercorn_echo, session, off)
+    rename(monkeypatch, reach.renamed_in, reach.name)
+    assert manifest.missing() == [reach]
+    await check_fallback(caplog, tls, hypercorn_echo, session, set(reach.paths))
+
+
+@pytest.mark.parametrize("reach", RENAMABLE, ids=[reach.qualname for reach in RENAMABLE])
+def test_the_probes_alone_see_each_rename(
+    monkeypatch: pytest.MonkeyPatch, reach: manifest.Reach
+) -> None:
+    """The probes do not rely on the manifest's check: with it blind, they still
+    turn off at least one path of each renamed name's row (and no other)."""
+    rename(monkeypatch, reach.renamed_in, reach.name)
+    monkeypatch.setattr(manifest, "missing", lambda: [])
+    off = set(fastpaths.check())
+    assert off and off <= reach.paths
 
 
 async def test_the_proxy_forwards_when_h2_updates_windows_otherwise(
@@ -283,7 +267,7 @@ def test_a_probe_that_differs_or_raises_turns_its_path_off(
 
 def test_the_data_probe_sees_a_miscounted_window(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fast path that takes DATA but forgets to count it in the stream's window."""
-    from h2ping.http2.h2conn import H2Connection
+    from h2ping.http2.engine.connection import H2Connection
 
     take = H2Connection.take_plain_data
 
@@ -300,7 +284,7 @@ def test_the_data_probe_sees_a_miscounted_window(monkeypatch: pytest.MonkeyPatch
 def test_the_stream_faults_probe_sees_a_fault_ending_the_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from h2ping.http2.h2conn import H2Connection
+    from h2ping.http2.engine.connection import H2Connection
 
     monkeypatch.setattr(H2Connection, "_reset_faulty", lambda self, frame, event: [])
     assert "step 0" in (probes.stream_faults() or "")
@@ -311,7 +295,7 @@ def test_the_request_headers_probe_sees_a_request_method_left_unset(
 ) -> None:
     """A fast path that frames the request right but leaves the stream's method
     unset: a HEAD response's content-length would then be taken as a body promised."""
-    from h2ping.http2.h2conn import H2Connection
+    from h2ping.http2.engine.connection import H2Connection
 
     send = H2Connection._send_request_fast
 
@@ -328,7 +312,7 @@ def test_the_request_headers_probe_sees_a_request_method_left_unset(
 def test_the_request_headers_probe_sees_the_path_not_taken(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from h2ping.http2.h2conn import H2Connection
+    from h2ping.http2.engine.connection import H2Connection
 
     monkeypatch.setattr(H2Connection, "_send_request_fast", lambda self, *args: False)
     assert probes.request_headers() == "the fast path was not taken"

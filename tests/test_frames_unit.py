@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from h2ping.http2.frames import (
+from h2ping.http2.engine.frames import (
     CONTROL_BURST,
     CONTROL_PER_SECOND,
     GOAWAY,

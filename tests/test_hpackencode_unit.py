@@ -11,8 +11,8 @@ from hpack.table import HeaderTable
 from hypothesis import given
 from hypothesis import strategies as st
 
-from h2ping.http2 import hpackencode
-from h2ping.http2.hpackencode import STATIC_TABLE, RequestBlockEncoder, field, integer
+from h2ping.http2.engine import hpackencode
+from h2ping.http2.engine.hpackencode import STATIC_TABLE, RequestBlockEncoder, field, integer
 
 NAMES = [b":method", b":path", b":authority", b"content-type", b"authorization", b"x-a", b"te"]
 VALUES = [b"GET", b"POST", b"/", b"", b"application/json", b"v" * 300, b"\xff\x00binary"]

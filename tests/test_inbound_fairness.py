@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from hyperframe.frame import DataFrame
 
-from h2ping.http2.frames import MAX_FRAME_SIZE
+from h2ping.http2.engine.frames import MAX_FRAME_SIZE
 from h2ping.http2.inbound import INBOUND_BATCH
 from h2ping.http2.upstream import ConnState
 from h2ping.testing import ScriptedRequest

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-import h2.config
-
-from h2ping.http2.h2conn import H2Connection
+from h2ping.http2.engine import H2Engine
 from h2ping.http2.inbound import INBOUND_BATCH, InboundTurns
 from h2ping.http2.outbound import PUMP_BATCH, OutboundPump
 
@@ -128,6 +126,10 @@ class Sink:
         self.ready += 1
 
 
+class Events:
+    """No peer speaks in these tests: nothing is ever called."""
+
+
 class Stream:
     """Stands for an UpstreamStream: frames what ``budget`` allows from ``queued``."""
 
@@ -141,6 +143,9 @@ class Stream:
     def has_body_queued(self) -> bool:
         return self.queued > 0
 
+    def got_send_ready(self) -> None:
+        self.sink.on_send_ready()
+
     def frame_body(self, budget: int) -> tuple[int, bool, bool]:
         self.budgets.append(budget)
         framed = min(self.queued, max(budget, 0))
@@ -148,9 +153,9 @@ class Stream:
         return framed, self.queued > 0 and budget - framed <= 0, self.queued == 0
 
 
-def pump() -> tuple[OutboundPump, Transport, H2Connection]:
-    conn = H2Connection(h2.config.H2Configuration(client_side=True), 65536)
-    conn.initiate_connection()
+def pump() -> tuple[OutboundPump, Transport, H2Engine]:
+    conn = H2Engine(Events(), {}, 65536)  # type: ignore[arg-type]
+    conn.start(65535, 65535)
     outbound = OutboundPump(asyncio.get_running_loop(), conn)
     transport = Transport()
     outbound.attach(transport)  # type: ignore[arg-type]

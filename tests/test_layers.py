@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import pathlib
 
+import pytest
+
 import h2ping
 
 PACKAGE = pathlib.Path(h2ping.__file__).parent
@@ -120,3 +122,133 @@ def test_no_import_cycle() -> None:
         if name not in state:
             visit(name)
     assert not cycles
+
+
+# ------------------------------------------------------------------ the seam
+#
+# Only h2ping.http2.engine reaches past the documented API of h2, hpack and
+# hyperframe. Elsewhere: no import of their internal modules, no class built on
+# theirs, and no attribute that they keep private (any ``_name`` their sources
+# define) or that the engine's manifest lists as undocumented.
+
+SEAM = "h2ping.http2.engine"
+LIBRARIES = ("h2", "hpack", "hyperframe")
+INTERNAL_MODULES = ("h2.stream", "h2.windows", "h2.frame_buffer", "hpack.table", "hpack.huffman")
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """The names a module defines: functions, classes, assignments, ``self.x = ...``."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return names
+
+
+def _library_private_names() -> set[str]:
+    import importlib
+
+    names: set[str] = set()
+    for library in LIBRARIES:
+        root = pathlib.Path(importlib.import_module(library).__file__ or "").parent
+        for path in root.rglob("*.py"):
+            names |= _defined_names(ast.parse(path.read_text(), str(path)))
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _undocumented_names() -> set[str]:
+    """The manifest's public-looking names, less those h2ping's own code defines
+    outside the seam (its own ``streams``, say) and those that are documented on
+    h2's connection (its ``receive_data``, not its streams')."""
+    import h2.connection
+
+    from h2ping.http2.engine.manifest import MANIFEST
+
+    own: set[str] = set()
+    for name, path in MODULES.items():
+        if not name.startswith(SEAM):
+            own |= _defined_names(ast.parse(path.read_text(), str(path)))
+    connection = "h2.connection.H2Connection"
+    documented = {n for n in vars(h2.connection.H2Connection) if not n.startswith("_")}
+    documented -= {reach.name for reach in MANIFEST if reach.owner == connection}
+    return {reach.name for reach in MANIFEST if not reach.private} - own - documented
+
+
+LIBRARY_PRIVATE = _library_private_names()
+UNDOCUMENTED = _undocumented_names()
+
+
+def _is_library(module: str) -> bool:
+    return module.split(".")[0] in LIBRARIES
+
+
+def reaches_past_the_api(name: str, source: str) -> list[str]:
+    """What module ``name`` (with ``source``) does that only the seam may do."""
+    if name == SEAM or name.startswith(SEAM + "."):
+        return []
+    tree = ast.parse(source)
+    library_aliases = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _is_library(alias.name):
+                    library_aliases.add((alias.asname or alias.name).split(".")[0])
+                if alias.name.startswith(INTERNAL_MODULES):
+                    found.append(f"line {node.lineno}: imports {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and _is_library(node.module or ""):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if (
+                    full.startswith(INTERNAL_MODULES)
+                    or (node.module or "").startswith(INTERNAL_MODULES)
+                    or alias.name.startswith("_")
+                ):
+                    found.append(f"line {node.lineno}: imports {full}")
+                library_aliases.add(alias.asname or alias.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                root = base
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and root.id in library_aliases:
+                    found.append(f"line {node.lineno}: class {node.name} subclasses the library's")
+        elif isinstance(node, ast.Attribute):
+            on_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if node.attr in LIBRARY_PRIVATE and not on_self:
+                found.append(f"line {node.lineno}: .{node.attr}")
+            elif node.attr in UNDOCUMENTED:
+                found.append(f"line {node.lineno}: .{node.attr} (undocumented)")
+    return found
+
+
+def test_only_the_seam_reaches_past_the_libraries_api() -> None:
+    found = {
+        name: reaches
+        for name, path in MODULES.items()
+        if (reaches := reaches_past_the_api(name, path.read_text()))
+    }
+    assert not found
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(conn):\n    return conn._engine._h2._data_to_send\n",
+        "def f(conn):\n    conn._inbound_flow_control_window_manager.current_window_size -= 1\n",
+        "def f(stream):\n    return stream.state_machine.state\n",
+        "import h2.stream\n",
+        "from h2.windows import WindowManager\n",
+        "from hpack.huffman import HuffmanEncoder\n",
+        "from h2 import connection\nx = connection._decode_headers\n",
+        "import h2.connection\nclass C(h2.connection.H2Connection):\n    pass\n",
+    ],
+)
+def test_the_guard_sees_a_reach_outside_the_seam(source: str) -> None:
+    assert reaches_past_the_api("h2ping.http2.upstream", source)
+    assert not reaches_past_the_api("h2ping.http2.engine.connection", source)

@@ -6,7 +6,7 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import RstStreamFrame
 
 from h2ping import errors
-from h2ping.http2.h2conn import DECODE_HEADROOM, header_list_size
+from h2ping.http2.engine.connection import DECODE_HEADROOM, header_list_size
 from h2ping.http2.upstream import ConnState
 
 from .h2fake import Harness, of

@@ -16,7 +16,7 @@ from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 from hyperframe.frame import GoAwayFrame
 
-from h2ping.http2.frames import FrameSplitter
+from h2ping.http2.engine.frames import FrameSplitter
 from h2ping.testing import ScriptedRequest, ScriptedUpstream, echo_handler
 
 

@@ -1,7 +1,7 @@
 """What an upstream connection writes, and when: request bodies taking turns,
 window credit given back, and one write per loop turn.
 
-Everything goes through h2's outbound buffer; :meth:`OutboundPump.flush` hands it
+Everything goes through the engine's outbound buffer; :meth:`OutboundPump.flush` hands it
 to the transport in one write. Request bodies become DATA frames only as far as
 the peer's windows allow, at most PUMP_BATCH between two writes over all of a
 connection's streams, and not while the transport has paused writing.
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-import h2.exceptions
-
-from .h2conn import H2Connection
+from .engine import H2Engine
 from .streams import UpstreamStream
 
 #: At most this much request body becomes DATA frames between two writes to the
@@ -29,9 +27,9 @@ class OutboundPump:
     """The sending half of one connection. The connection owns its streams; this
     owns which of them wait to send, and the write schedule."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, h2conn: H2Connection) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, engine: H2Engine) -> None:
         self._loop = loop
-        self._h2 = h2conn
+        self._engine = engine
         self._transport: asyncio.Transport | None = None
         # Streams whose body waits to be sent, in the order they take turns.
         self._blocked: dict[UpstreamStream, None] = {}
@@ -60,7 +58,7 @@ class OutboundPump:
             self._blocked.pop(stream, None)
         self.schedule_flush()
         if ready:
-            stream.sink.on_send_ready()
+            stream.got_send_ready()
 
     def window_opened(self, stream: UpstreamStream | None) -> None:
         """The peer raised a window: ``stream``'s, or the connection's (None)."""
@@ -104,13 +102,8 @@ class OutboundPump:
     def give_credit(self, stream_id: int, nbytes: int) -> None:
         """Return ``nbytes`` of received DATA to the peer's windows; h2 batches
         the WINDOW_UPDATE frames."""
-        if self._h2.ack_quietly(stream_id, nbytes):
-            return  # no WINDOW_UPDATE due yet: nothing to send
-        try:
-            self._h2.acknowledge_received_data(nbytes, stream_id)
-        except h2.exceptions.ProtocolError:
-            return
-        self.schedule_flush()
+        if self._engine.give_credit(stream_id, nbytes):
+            self.schedule_flush()
 
     # ------------------------------------------------------------------ writing
 
@@ -120,9 +113,9 @@ class OutboundPump:
             self._loop.call_soon(self.flush)
 
     def flush(self) -> None:
-        """Hand everything h2 has queued to the transport, in one write."""
+        """Hand everything the engine has queued to the transport, in one write."""
         self._flush_scheduled = False
         self._unflushed = 0
-        data = self._h2.data_to_send()
+        data = self._engine.data_to_send()
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)

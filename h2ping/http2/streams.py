@@ -20,7 +20,7 @@ from ..errors import UpstreamError
 from ..fields import Header
 
 if TYPE_CHECKING:
-    from .h2conn import H2Connection
+    from .engine import H2Engine
 
 #: Request-body back-pressure, both marks in one place: the exchange pauses reading
 #: the client while more than SEND_HIGH_WATER waits to be sent upstream
@@ -83,13 +83,22 @@ class StreamState(enum.Enum):
 class UpstreamStream:
     """One request/response on a connection, as seen from the HTTP/2 side."""
 
-    __slots__ = ("_h2", "_outq", "conn", "pending_bytes", "sink", "state", "stream_id", "unacked")
+    __slots__ = (
+        "_engine",
+        "_outq",
+        "conn",
+        "pending_bytes",
+        "sink",
+        "state",
+        "stream_id",
+        "unacked",
+    )
 
     def __init__(
-        self, conn: StreamHost, h2conn: H2Connection, stream_id: int, sink: StreamSink
+        self, conn: StreamHost, engine: H2Engine, stream_id: int, sink: StreamSink
     ) -> None:
         self.conn = conn
-        self._h2 = h2conn
+        self._engine = engine
         self.stream_id = stream_id
         self.sink = sink
         self.state = StreamState.SENDING
@@ -146,13 +155,10 @@ class UpstreamStream:
         self.cancel(ErrorCodes.PROTOCOL_ERROR)
 
     # -------------------------------------------------------- the connection's
-
-    def received(self, nbytes: int) -> None:
-        """``nbytes`` of response data were delivered: credit held until acked."""
-        self.unacked += nbytes
-
-    # What the peer sent on this stream, told by the connection; the stream says
-    # what it means to its sink, and asks the connection to end it where it ends.
+    #
+    # What the peer sent on this stream, or what became of its connection, told by
+    # the connection; the stream says what it means to its sink (the only caller
+    # of the sink), and asks the connection to end it where it ends.
 
     def got_response(self, headers: list[Header], end_stream: bool) -> None:
         self.sink.on_response(headers, end_stream)
@@ -189,6 +195,15 @@ class UpstreamStream:
         self.conn.forget(self)
         self.sink.on_error(UpstreamError(error, detail))
 
+    def got_error(self, error: UpstreamError) -> None:
+        """The stream failed for a reason of its connection's (which has forgotten
+        or reset it already): a GOAWAY, the connection's end, a bug of ours."""
+        self.sink.on_error(error)
+
+    def got_send_ready(self) -> None:
+        """Its queued body fell below SEND_LOW_WATER: the client may be read again."""
+        self.sink.on_send_ready()
+
     @property
     def has_body_queued(self) -> bool:
         return bool(self._outq)
@@ -200,7 +215,7 @@ class UpstreamStream:
         whether ``budget`` is what stopped it, and whether the queue just fell
         below SEND_LOW_WATER (the caller then tells the sink, ``on_send_ready``,
         once its own bookkeeping is done)."""
-        h2conn = self._h2
+        engine = self._engine
         queue = self._outq
         was_high = self.pending_bytes >= SEND_LOW_WATER
         left = budget
@@ -210,11 +225,11 @@ class UpstreamStream:
                 if left <= 0:
                     stopped_by_budget = True
                     break
-                window = h2conn.local_flow_control_window(self.stream_id)
+                window = engine.send_window(self.stream_id)
                 if window <= 0:
                     break
                 chunk = queue[0]
-                size = min(len(chunk), window, h2conn.max_outbound_frame_size)
+                size = min(len(chunk), window, engine.max_frame_size)
                 if size == len(chunk):
                     queue.popleft()
                 else:
@@ -223,11 +238,11 @@ class UpstreamStream:
                 self.pending_bytes -= size
                 left -= size
                 last = self.state is StreamState.ENDING and not queue
-                h2conn.send_data(self.stream_id, chunk, end_stream=last)
+                engine.send_data(self.stream_id, chunk, last)
                 if last:
                     self.state = StreamState.SENT
             if self.state is StreamState.ENDING and not queue:
-                h2conn.end_stream(self.stream_id)
+                engine.end_stream(self.stream_id)
                 self.state = StreamState.SENT
         except h2.exceptions.StreamClosedError:
             self.drop_body()

@@ -1,31 +1,26 @@
-"""One HTTP/2 connection to the upstream: the h2 state machine, stream slots, its life.
+"""One HTTP/2 connection to the upstream: its stream slots, its streams, its life.
 
-The connection is an ``asyncio.Protocol`` that reads all the time (push): every byte
-goes through ``data_received`` to h2 and its events go straight to the stream they
-belong to. Nothing here knows about HTTP/1.1; a stream (:mod:`h2ping.http2.streams`)
+The connection is an ``asyncio.Protocol`` that reads all the time (push): what
+``data_received`` reads goes to the connection's :class:`~.engine.H2Engine`, which
+tells it, call by call, what the peer said; each call goes to the stream it
+concerns. Nothing here knows about HTTP/1.1; a stream (:mod:`h2ping.http2.streams`)
 reports to a :class:`StreamSink`, which the exchange implements. When inbound
 frames are handled is :mod:`h2ping.http2.inbound`'s business, what is written and when
 :mod:`h2ping.http2.outbound`'s. Dialling (TCP, TLS, ALPN) is :mod:`h2ping.http2.dial`.
 
-GOAWAY frames are split off the byte stream and handled here instead of by h2,
-because h2 closes its whole state machine on any received GOAWAY, which would fail
-the streams the server has promised to finish (RFC 9113 section 6.8 lets them
-complete).
+A GOAWAY drains the connection here, and is never given to h2: h2 closes its whole
+state machine on any received GOAWAY, which would fail the streams the server has
+promised to finish (RFC 9113 section 6.8 lets them complete).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 from collections.abc import Callable
 from typing import cast
 
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
 from h2.errors import ErrorCodes
 
 from .. import errors
@@ -34,21 +29,7 @@ from ..errors import UpstreamError
 from ..fields import Header
 from ..logs import plural
 from ..stats import Stats
-from . import fastpaths
-from .frames import (
-    FRAME,
-    FRAME_HEADER,
-    GOAWAY,
-    HEADERS_TYPE,
-    RUN,
-    FloodError,
-    FrameSizeError,
-    FrameSplitter,
-    data_frame,
-    parse_goaway,
-)
-from .h2conn import DATA, H2_CONFIG, RESPONSE_HEADERS, H2Connection, StreamFault
-from .h2errors import describe_h2_error
+from .engine import ConnectionFault, Goaway, H2Engine
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
 from .lifetime import Lifetime
 from .liveness import Liveness
@@ -64,27 +45,9 @@ STREAM_WINDOW = 4 * 1024 * 1024
 CONNECTION_WINDOW = 64 * 1024 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
-
-
-def our_settings(header_list_limit: int) -> h2.settings.Settings:
-    """Our settings, all in the preface's one SETTINGS frame, never h2's defaults
-    first: a server must not see a smaller header list limit than we enforce."""
-    return h2.settings.Settings(
-        client=True,
-        initial_values={
-            h2.settings.SettingCodes.ENABLE_PUSH: 0,
-            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: header_list_limit,
-        },
-    )
-
-
-def _debug_text(debug_data: bytes) -> str:
-    """A GOAWAY's debug data for the log line: printable ASCII, at most 80 characters."""
-    if not debug_data:
-        return ""
-    text = "".join(chr(b) if 32 <= b < 127 else "?" for b in debug_data[:80])
-    return f' debug="{text}"'
+_DEAD = (
+    "conn=%d dead: nothing received for %.1fs, %.1fs after a PING (ping-timeout %gs); failing %s"
+)
 
 
 class ConnState(enum.Enum):
@@ -97,11 +60,8 @@ class ConnState(enum.Enum):
 class UpstreamConnection(asyncio.BufferedProtocol):
     """An HTTP/2 client connection driven by inbound bytes, never by waiting readers.
 
-    A buffered protocol: the TCP transport, or the TLS layer over it
-    (:mod:`h2ping.http2.tlslayer`), reads into one buffer of ours. Its size bounds a
-    read, not what arrives: both keep the rest for the next call, never dropping
-    it when the peer closes. As a plain protocol, every TLS read allocated a fresh
-    256 KiB bytes object and shrank it to what arrived (mmap, mremap and munmap)."""
+    A buffered protocol: the transport (or the TLS layer, :mod:`.tlslayer`) reads
+    into one buffer of ours, where a plain protocol costs an allocation per read."""
 
     def __init__(
         self,
@@ -130,18 +90,13 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._ready: asyncio.Future[None] = self._loop.create_future()
         self._transport: asyncio.Transport | None = None
         self._stats = stats
-        fast = fastpaths.enabled()
-        self._frames = FrameSplitter(
-            plain_data=DATA in fast, plain_headers=RESPONSE_HEADERS in fast
-        )
+        self._engine = H2Engine(self, self.streams, config.max_response_header_bytes)
         self._read_buffer = memoryview(bytearray(READ_SIZE))
         self._inbound = InboundTurns(
-            self._loop, self._take_batch, lambda: self._frames.ready, self._is_closed
+            self._loop, self._take_batch, lambda: self._engine.ready, self._is_closed
         )
         self._ping_backoff = ping_backoff
-        self.ping_interval = config.ping_interval
-        if ping_backoff is not None:
-            self.ping_interval = ping_backoff.interval
+        self.ping_interval = config.ping_interval if ping_backoff is None else ping_backoff.interval
         self._liveness = Liveness(
             self.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
         )
@@ -153,22 +108,22 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self._on_idle,
             lambda: self.busy,
         )
-        self.answered = 0  # streams the peer sent response headers for: it is taking work
-        self._h2 = H2Connection(H2_CONFIG, config.max_response_header_bytes, fast)
-        self.outbound = OutboundPump(self._loop, self._h2)
+        self.outbound = OutboundPump(self._loop, self._engine)
 
     # ----------------------------------------------------------------- capacity
-    #
-    # The connection alone counts its stream slots: a slot is taken by
-    # try_reserve() and comes back exactly once, through StreamSlot.open() or
-    # StreamSlot.release(), both ending in unreserve(), which closes a draining
-    # connection whose last slot that was.
+    # The connection alone counts its stream slots: try_reserve() hands one out, and
+    # StreamSlot.open() or .release() gives it back exactly once (unreserve()).
 
     @property
     def free_slots(self) -> int:
         if self.state is not ConnState.OPEN:
             return 0
         return min(self.max_streams, self._stream_cap) - len(self.streams) - self.reserved
+
+    @property
+    def answered(self) -> int:
+        """Response heads the peer sent: it is taking work."""
+        return self._engine.responses
 
     @property
     def age_limit(self) -> float:
@@ -196,9 +151,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
                 f"connection {self.id} stopped taking streams ({self.close_reason})",
                 retryable=True,
             )
-        stream_id = self._h2.get_next_available_stream_id()
-        self._h2.send_request(stream_id, headers, end_stream)
-        stream = UpstreamStream(self, self._h2, stream_id, sink)
+        stream_id = self._engine.next_stream_id()
+        self._engine.send_request(stream_id, headers, end_stream)
+        stream = UpstreamStream(self, self._engine, stream_id, sink)
         if end_stream:
             stream.state = StreamState.SENT
         self.streams[stream_id] = stream
@@ -230,15 +185,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             return
         self.close_reason = self.close_reason or reason
         if self._transport is not None and not self._transport.is_closing():
-            try:
-                self._h2.close_connection()
-                self.outbound.flush()
-            except h2.exceptions.ProtocolError:
-                pass
+            self._engine.close()
+            self.outbound.flush()
             self._transport.close()
-        self._end(
-            reason, UpstreamError(errors.CONNECTION_TERMINATED, f"connection closed: {reason}")
-        )
+        error = UpstreamError(errors.CONNECTION_TERMINATED, f"connection closed: {reason}")
+        self._end(reason, error)
 
     # ----------------------------------------------------------------- protocol
 
@@ -246,9 +197,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self._inbound.attach(self._transport)
         self.outbound.attach(self._transport)
-        self._h2.local_settings = our_settings(self._h2.header_list_limit)
-        self._h2.initiate_connection()
-        self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        self._engine.start(STREAM_WINDOW, CONNECTION_WINDOW)
         self.outbound.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -263,23 +212,22 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._liveness.saw_bytes()
         if self.state is ConnState.CLOSED:
             return
-        self._frames.feed(data)
+        self._engine.feed(data)
         self._inbound.arrived()
 
     def connection_lost(self, exc: Exception | None) -> None:
         # What arrived before the end is handled first: a response complete
         # before the close is a response.
         self._inbound.stop()
-        while self.state is not ConnState.CLOSED and self._frames.ready:
+        while self.state is not ConnState.CLOSED and self._engine.ready:
             self._take_batch()
         if self.state is ConnState.CLOSED:
             return
         reason = f"connection lost: {exc}" if exc else "connection closed by upstream"
         if self._goaway_error:
             reason += f" after GOAWAY {self._goaway_error}"
-        self._fail_ready(
-            UpstreamError(errors.CONNECTION_TERMINATED, f"{reason} before HTTP/2 SETTINGS")
-        )
+        before = f"{reason} before HTTP/2 SETTINGS"
+        self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, before))
         self._end(reason, UpstreamError(errors.CONNECTION_TERMINATED, reason))
 
     def _is_closed(self) -> bool:
@@ -287,120 +235,36 @@ class UpstreamConnection(asyncio.BufferedProtocol):
 
     def _take_batch(self, budget: int = INBOUND_BATCH) -> int:
         """Handle about ``budget`` bytes of frames; return how many."""
-        backlog = self._frames.backlog
         try:
-            pieces = self._frames.take(budget)
-            for kind, piece in pieces:
-                if kind == RUN:
-                    self._receive(piece)
-                elif kind == GOAWAY:
-                    self._on_goaway(piece)
-                elif kind == FRAME:
-                    if not self._receive_whole_frame(piece):
-                        self._receive(piece)
-                elif not self._receive_plain_data(kind, piece):
-                    self._receive(data_frame(kind, piece))
-                if self.state is ConnState.CLOSED:
-                    return 0
-        except FloodError as exc:
-            self._protocol_error(str(exc), ErrorCodes.ENHANCE_YOUR_CALM)
+            taken = self._engine.handle(budget)
+        except ConnectionFault as fault:
+            self._protocol_error(fault.detail, fault.error_code)
             return 0
-        except FrameSizeError as exc:
-            self._protocol_error(
-                f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
-            )
-            return 0
-        except Exception as exc:  # anything h2 raises on the peer's bytes ends this connection
-            self._protocol_error(describe_h2_error(exc))
+        if self.state is ConnState.CLOSED:
             return 0
         self.outbound.flush()
-        return backlog - self._frames.backlog
+        return taken
 
-    # ----------------------------------------------------------------- inbound
+    # ------------------------------------------------- what the peer said (PeerEvents)
 
-    def _receive(self, frames: bytes) -> None:
-        self._dispatch_all(self._h2.receive_data(frames))
+    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
+        # An abandoned stream's data still counts against the connection window.
+        self.outbound.give_credit(stream_id, flow_controlled_length)
 
-    def _dispatch_all(self, events: list[h2.events.Event]) -> None:
-        for event in events:
-            try:
-                self._dispatch(event)
-            except Exception:  # a bug serving one stream must not end the others
-                self._internal_error(getattr(event, "stream_id", 0))
+    def on_ping_ack(self, payload: bytes) -> None:
+        self._liveness.on_ack(payload)
 
-    def _receive_whole_frame(self, frame: bytes) -> bool:
-        """A response's plain HEADERS, or its last DATA frame, taken without h2's
-        frame parsing where h2 agrees; False: h2 must take it."""
-        stream_id = int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF
-        payload = frame[FRAME_HEADER:]
-        if frame[3] == HEADERS_TYPE:
-            events = self._h2.take_response_headers(stream_id, payload, bool(frame[4] & 0x1))
-            if events is None:
-                return False
-            self._dispatch_all(events)
-            return True
-        stream = self.streams.get(stream_id)
-        size = len(payload)
-        if stream is None or not self._h2.take_last_data(stream_id, size):
-            return False
-        try:
-            stream.got_data(payload, size)
-            stream.got_end()
-        except Exception:
-            self._internal_error(stream_id)
-        return True
-
-    def _receive_plain_data(self, stream_id: int, payload: bytes) -> bool:
-        """A response's DATA frame (no flags), delivered without h2's events when
-        h2 agrees (see H2Connection.take_plain_data); False: h2 must take it."""
-        stream = self.streams.get(stream_id)
-        size = len(payload)
-        if stream is None or not self._h2.take_plain_data(stream_id, size):
-            return False
-        stream.received(size)
-        try:
-            stream.sink.on_data(payload, size)
-        except Exception:
-            self._internal_error(stream_id)
-        return True
-
-    def _internal_error(self, stream_id: int) -> None:
+    def on_internal_error(self, stream_id: int) -> None:
         log.exception("conn=%d stream=%d: internal error", self.id, stream_id)
         stream = self.streams.get(stream_id)
         if stream is not None:
             self.reset(stream, ErrorCodes.INTERNAL_ERROR)
-            stream.sink.on_error(UpstreamError(errors.PROXY_INTERNAL_ERROR, "internal error"))
+            stream.got_error(UpstreamError(errors.PROXY_INTERNAL_ERROR, "internal error"))
 
-    def _dispatch(self, event: h2.events.Event) -> None:
-        # No h2 event class derives from another: isinstance picks exactly one.
-        if isinstance(event, h2.events.DataReceived):
-            stream = self.streams.get(event.stream_id)
-            if stream is not None:
-                stream.got_data(event.data, event.flow_controlled_length)
-            else:  # an abandoned stream's data still counts against the connection window
-                self.outbound.give_credit(event.stream_id, event.flow_controlled_length)
-        elif isinstance(event, h2.events.WindowUpdated):
-            self._on_window_update(event.stream_id)
-        elif isinstance(event, h2.events.RemoteSettingsChanged):
-            self._on_settings(event)
-        elif isinstance(event, h2.events.PingAckReceived):
-            self._liveness.on_ack(event.ping_data)
-        elif (stream := self.streams.get(getattr(event, "stream_id", 0))) is None:
-            return
-        elif isinstance(event, h2.events.ResponseReceived):
-            self.answered += 1
-            stream.got_response(event.headers, event.stream_ended is not None)
-        elif isinstance(event, h2.events.StreamEnded):
-            stream.got_end()
-        elif isinstance(event, h2.events.StreamReset):
-            stream.got_reset(event.error_code)
-        elif isinstance(event, StreamFault):
-            stream.got_fault(event.error, event.detail)
-
-    def _on_settings(self, event: h2.events.RemoteSettingsChanged) -> None:
-        self.max_streams = min(self._h2.remote_settings.max_concurrent_streams, 2**31)
-        if h2.settings.SettingCodes.INITIAL_WINDOW_SIZE in event.changed_settings:
-            self._on_window_update(0)
+    def on_settings(self, max_concurrent_streams: int, initial_window_changed: bool) -> None:
+        self.max_streams = min(max_concurrent_streams, 2**31)
+        if initial_window_changed:
+            self.on_window_update(0)
         if not self._ready.done():
             self.state = ConnState.OPEN
             self._ready.set_result(None)
@@ -408,41 +272,28 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self.lifetime.start()
         self._on_change(self)
 
-    def _on_goaway(self, payload: bytes) -> None:
-        last_stream_id, code, debug_data = parse_goaway(payload)
+    def on_goaway(self, goaway: Goaway) -> None:
+        last = goaway.last_stream_id
         if self.goaway_last_stream_id is not None:
-            last_stream_id = min(last_stream_id, self.goaway_last_stream_id)
-        self.goaway_last_stream_id = last_stream_id
+            last = min(last, self.goaway_last_stream_id)
+        self.goaway_last_stream_id = last
         self._stats.goaway_received()
-        try:
-            code_name = ErrorCodes(code).name
-        except ValueError:
-            code_name = str(code)
+        described = goaway.describe(last)
         log.info(
-            "conn=%d GOAWAY received: last_stream_id=%d error=%s%s open_streams=%d",
-            self.id,
-            last_stream_id,
-            code_name,
-            _debug_text(debug_data),
-            len(self.streams),
+            "conn=%d GOAWAY received: %s open_streams=%d", self.id, described, len(self.streams)
         )
-        if code != ErrorCodes.NO_ERROR:
-            self._goaway_error = code_name
+        if goaway.error_code != ErrorCodes.NO_ERROR:
+            self._goaway_error = goaway.code_name
         backoff = self._ping_backoff
-        if backoff is not None and punishes_pings(code, debug_data):
+        if backoff is not None and punishes_pings(goaway.error_code, goaway.debug_data):
             self._ping_backoff = None  # once per connection
             backoff.punished(self.id, self.ping_interval)
-        self._drain(f"GOAWAY {code_name}")
+        self._drain(f"GOAWAY {goaway.code_name}")
         # Streams above last_stream_id were never processed: safe to replay.
-        for stream in [s for sid, s in self.streams.items() if sid > last_stream_id]:
+        for stream in [s for sid, s in self.streams.items() if sid > last]:
             self.reset(stream, ErrorCodes.CANCEL)
-            stream.sink.on_error(
-                UpstreamError(
-                    errors.CONNECTION_TERMINATED,
-                    f"GOAWAY last_stream_id={last_stream_id} before the stream was processed",
-                    retryable=True,
-                )
-            )
+            why = f"GOAWAY last_stream_id={last} before the stream was processed"
+            stream.got_error(UpstreamError(errors.CONNECTION_TERMINATED, why, retryable=True))
         self._close_if_drained()
 
     # ----------------------------------------------------------------- outbound
@@ -453,18 +304,15 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.outbound.resume_writing()
 
-    def _on_window_update(self, stream_id: int) -> None:
+    def on_window_update(self, stream_id: int) -> None:
         if not stream_id:
             self.outbound.window_opened(None)
-            return
-        stream = self.streams.get(stream_id)
-        if stream is not None:
+        elif (stream := self.streams.get(stream_id)) is not None:
             self.outbound.window_opened(stream)
 
     def reset(self, stream: UpstreamStream, error_code: int) -> None:
         """End ``stream`` with RST_STREAM ``error_code``; its slot is free."""
-        with contextlib.suppress(h2.exceptions.ProtocolError):  # already closed in h2
-            self._h2.reset_stream(stream.stream_id, error_code)
+        self._engine.reset_stream(stream.stream_id, error_code)
         self.forget(stream)
         self.outbound.schedule_flush()
 
@@ -487,24 +335,14 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self._close_if_drained()
 
     def _send_ping(self, payload: bytes) -> None:
-        self._h2.ping(payload)
+        self._engine.ping(payload)
         self.outbound.flush()
 
     def _declare_dead(self, silent_for: float, since_ping: float) -> None:
-        log.warning(
-            "conn=%d dead: nothing received for %.1fs, %.1fs after a PING (ping-timeout %gs); "
-            "failing %s",
-            self.id,
-            silent_for,
-            since_ping,
-            self._liveness.timeout,
-            plural(len(self.streams), "stream"),
-        )
-        error = UpstreamError(
-            errors.CONNECTION_TERMINATED,
-            f"upstream connection {self.id} dead: no frame for {silent_for:.1f}s after a PING",
-        )
-        self._end("ping timeout", error)
+        timeout, failing = self._liveness.timeout, plural(len(self.streams), "stream")
+        log.warning(_DEAD, self.id, silent_for, since_ping, timeout, failing)
+        why = f"upstream connection {self.id} dead: no frame for {silent_for:.1f}s after a PING"
+        self._end("ping timeout", UpstreamError(errors.CONNECTION_TERMINATED, why))
 
     # ----------------------------------------------------------------- ending
 
@@ -526,10 +364,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def _protocol_error(self, detail: str, code: int = ErrorCodes.PROTOCOL_ERROR) -> None:
         """A connection error: GOAWAY with ``code``, close, fail every stream."""
         log.warning("conn=%d HTTP/2 protocol error from upstream: %s", self.id, detail)
-        # h2 queues a GOAWAY of its own for the errors it detects; one is enough.
-        if self._h2.state_machine.state is not h2.connection.ConnectionState.CLOSED:
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                self._h2.close_connection(error_code=code)
+        self._engine.close(code)
         self.outbound.flush()
         if self._transport is not None:
             self._transport.close()
@@ -558,7 +393,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         for stream in streams:
             self.forget(stream)
         for stream in streams:
-            stream.sink.on_error(error)
+            stream.got_error(error)
         self._on_change(self)
 
     def __repr__(self) -> str:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .._version import __version__
 from ..config import Config
 from ..errors import AccessLogError, AdminListenError, BindError
-from ..http2 import fastpaths
+from ..http2.engine import fastpaths
 from ..logs import LIFECYCLE, plural, setup_logging
 from ..sockets import raise_nofile_limit
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line

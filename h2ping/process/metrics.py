@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from .._version import __version__
 from ..config import Config
 from ..forward.retry import RetryBudget
-from ..http2 import fastpaths
+from ..http2.engine import fastpaths
 from ..stats import Histogram, Stats
 from .lag import LagMonitor
 

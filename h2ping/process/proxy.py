@@ -21,8 +21,8 @@ from ..forward.pool import Pool
 from ..forward.retry import RetryBudget
 from ..http1.listener import ClientConnection, ListenerLimits, OutputFlusher
 from ..http1.messages import Request, ResponseWriter
-from ..http2 import fastpaths
 from ..http2.dial import load_ca_file
+from ..http2.engine import fastpaths
 from ..http2.upstream import ConnState
 from ..logs import plural
 from ..stats import Stats

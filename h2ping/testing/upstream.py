@@ -7,9 +7,9 @@ slow bodies. It also records what it saw: connections, requests, PINGs, client r
 
 Every received byte is handled as it arrives (push design), so WINDOW_UPDATE, PING and
 RST_STREAM are handled even while no handler reads. GOAWAY frames, sent or received, are
-handled here rather than by ``h2``, as h2ping itself does (see :mod:`h2ping.http2.frames`): ``h2``
-moves its whole connection to CLOSED on any GOAWAY, while RFC 9113 section 6.8 lets the
-streams up to ``last_stream_id`` finish.
+handled here rather than by ``h2``, as h2ping itself does (see
+:mod:`h2ping.http2.engine.frames`): ``h2`` moves its whole connection to CLOSED on
+any GOAWAY, while RFC 9113 section 6.8 lets the streams up to ``last_stream_id`` finish.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
-from ..http2.frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter
+from ..http2.engine.frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ Handler = Callable[["ScriptedRequest"], Awaitable[None]]
 
 #: Added to the connection receive window so that only stream windows exert back-pressure.
 CONNECTION_WINDOW_BOOST = 16 * 1024 * 1024
+#: h2's own initial SETTINGS_MAX_HEADER_LIST_SIZE, sent explicitly.
+DEFAULT_MAX_HEADER_LIST_SIZE = 2**16
 _PING, _ACK = 0x6, 0x1  # frame type and flag
 #: What an HTTP/2 client sends before its first frame (RFC 9113 section 3.4).
 _CLIENT_PREFACE_SIZE = 24
@@ -293,7 +295,7 @@ class ScriptedConnection(asyncio.Protocol):
         settings = {
             SettingCodes.MAX_CONCURRENT_STREAMS: self.server.max_concurrent_streams,
             SettingCodes.INITIAL_WINDOW_SIZE: self.server.initial_window_size,
-            SettingCodes.MAX_HEADER_LIST_SIZE: H2Connection.DEFAULT_MAX_HEADER_LIST_SIZE,
+            SettingCodes.MAX_HEADER_LIST_SIZE: DEFAULT_MAX_HEADER_LIST_SIZE,
         }
         self._h2.local_settings = Settings(client=False, initial_values=settings)
         self._h2.initiate_connection()

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h2ping.http2.hpackcache import FieldCachingDecoder
+from h2ping.http2.engine.hpackdecode import FieldCachingDecoder
 
 # Names from the static table (so a literal field can name them by index), and others.
 NAMES = [b"server", b"date", b"content-type", b"content-length", b"x-request-id", b"x-a"]

@@ -19,7 +19,7 @@ long values are encoded each time and not kept, without Huffman coding
 
 Huffman coding of kept fields uses hpack's coder and code table when they are
 there (hpack 4.0-4.2), and plain strings otherwise; the ``request_headers``
-probe (h2ping.http2.probes) decodes blocks from this encoder with hpack's
+probe (:mod:`.probes`) decodes blocks from this encoder with hpack's
 decoder before the path is taken.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 
 from hpack import NeverIndexedHeaderTuple
 
-from ..fields import Header
+from ...fields import Header
 
 try:  # hpack's own Huffman coder; without it, strings go uncompressed
     from hpack.huffman import HuffmanEncoder

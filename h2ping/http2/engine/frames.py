@@ -10,7 +10,7 @@ Only the 9-byte frame headers are read; payloads pass through untouched.
 A third job is optional. With ``plain_data``, DATA frames with no flags (no
 END_STREAM, no padding) are handed out on their own, as their payload, so the
 client connection can deliver them without h2's per-frame machinery (see
-:meth:`h2ping.http2.h2conn.H2Connection.take_plain_data`), and DATA frames
+:meth:`.connection.H2Connection.take_plain_data`), and DATA frames
 with END_STREAM alone as whole frames (``take_last_data``). With
 ``plain_headers``, so are HEADERS frames that hold a whole header block without
 padding or priority (``take_response_headers``). Frames inside a header block
@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import h2.exceptions
+from h2.errors import ErrorCodes
 
 FRAME_HEADER = 9
 _DATA, HEADERS_TYPE, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY, _CONTINUATION = (
@@ -197,9 +199,32 @@ def data_frame(stream_id: int, payload: bytes) -> bytes:
     return len(payload).to_bytes(3, "big") + b"\x00\x00" + stream_id.to_bytes(4, "big") + payload
 
 
-def parse_goaway(payload: bytes) -> tuple[int, int, bytes]:
-    """A GOAWAY payload's last stream id, error code and debug data (RFC 9113 6.8)."""
+@dataclass(frozen=True, slots=True)
+class Goaway:
+    """What a GOAWAY frame says (RFC 9113 6.8)."""
+
+    last_stream_id: int
+    error_code: int
+    debug_data: bytes
+
+    @property
+    def code_name(self) -> str:
+        """``NO_ERROR``, ``ENHANCE_YOUR_CALM``: the error code's name, else its number."""
+        try:
+            return ErrorCodes(self.error_code).name
+        except ValueError:
+            return str(self.error_code)
+
+    def describe(self, last_stream_id: int) -> str:
+        """For a log line: the debug data as printable ASCII, at most 80 characters."""
+        text = "".join(chr(b) if 32 <= b < 127 else "?" for b in self.debug_data[:80])
+        debug = f' debug="{text}"' if text else ""
+        return f"last_stream_id={last_stream_id} error={self.code_name}{debug}"
+
+
+def parse_goaway(payload: bytes) -> Goaway:
+    """A GOAWAY frame's payload, read."""
     if len(payload) < 8:
         raise h2.exceptions.ProtocolError("GOAWAY frame shorter than 8 bytes")
     last_stream_id = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
-    return last_stream_id, int.from_bytes(payload[4:8], "big"), bytes(payload[8:])
+    return Goaway(last_stream_id, int.from_bytes(payload[4:8], "big"), bytes(payload[8:]))

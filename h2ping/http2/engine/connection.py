@@ -19,56 +19,44 @@ Faults of the connection itself stay connection errors: HPACK decoding errors, a
 header list over the ceiling (an HPACK bomb), flow-control violations, frames
 on streams never opened, and everything h2 raises outside one stream.
 
-It also has a fast path for the commonest frame, a response's DATA, and for
-giving its credit back: :meth:`H2Connection.take_plain_data` and
-:meth:`H2Connection.ack_quietly` do the bookkeeping h2 would (flow-control
-windows, the content-length count) without h2's per-frame parsing, state
-machines and event objects, which were most of the CPU of streamed responses.
-Each takes the fast path only where h2 would do nothing else, and declines
-everything else, which then goes through h2 as before.
+It also has fast paths for the frames every request and response has: each
+does the bookkeeping h2 would (stream states, flow-control windows, the
+content-length count) without h2's per-frame parsing, dispatch and event
+objects, only where h2 would do nothing else, and declines everything else,
+which the caller then hands to h2.
 
-All of this reaches into h2's private parts, grouped into the fast paths of
-:mod:`h2ping.http2.fastpaths`, each on only where its probe passed in this process:
+All of this reaches into h2's private parts, grouped into the fast paths that
+:mod:`.manifest` lists name by name, each on only where its probe passed in
+this process (:mod:`.fastpaths`):
 
-- ``receive``: :meth:`H2Connection._handle_frame`, a copy of h2's
-  ``_receive_frame`` (its frame dispatch table, ``_prepare_for_sending``, the
-  two ``_stream_is_closed_by_*`` checks, ``StreamClosedError._events``); off,
-  h2's own ``_receive_frame`` runs.
-- ``data``: ``take_plain_data`` and ``ack_quietly`` (the window managers and
-  their ``_bytes_processed``, each stream's content-length count and states);
-  off, both decline and h2 takes every frame.
+- ``receive``: :meth:`H2Connection._handle_frame`, h2's ``_receive_frame``
+  without its trace formatting; off, h2's own ``_receive_frame`` runs.
+- ``data``: ``take_plain_data``, ``take_last_data`` and ``ack_quietly``; off,
+  each declines and h2 takes every frame.
 - ``stream_faults``: the ``_receive_frame`` and ``_begin_new_stream`` overrides,
   the ``__class__`` swap to :class:`_Stream`, and closing a stream by writing
   its state machine; off, those faults end the connection as plain h2 has it,
   and h2's decoder enforces the header list limit.
-- ``hpack``: :class:`~h2ping.hpackcache.FieldCachingDecoder` as h2's decoder.
+- ``hpack``: :class:`.hpackdecode.FieldCachingDecoder` as h2's decoder.
 - ``request_headers``: :meth:`H2Connection.send_request` frames a request's
-  HEADERS itself, its block from :mod:`h2ping.http2.hpackencode`, and makes the
-  state changes h2's ``send_headers`` would (the connection's and the new
-  stream's state machines, ``_get_or_create_stream``, the stream's
-  ``_authority`` and ``request_method``, ``_data_to_send``), forgetting closed
-  streams (``open_outbound_streams``) only now and then instead of on every
-  request; off, h2's ``send_headers`` and hpack's encoder do it all.
+  HEADERS itself, its block from :mod:`.hpackencode`, making the state changes
+  h2's ``send_headers`` would, and forgetting closed streams
+  (``open_outbound_streams``) only now and then instead of on every request;
+  off, h2's ``send_headers`` and hpack's encoder do it all.
 - ``response_headers``: :meth:`H2Connection.take_response_headers` takes a
   response's first header block, in one unpadded HEADERS frame, without
   hyperframe's frame objects and h2's frame dispatch, doing the rest as h2's
-  ``_receive_headers_frame`` and ``receive_data`` do (``_decode_headers``, the
-  state machines, the stream's own ``receive_headers``, ``_terminate_connection``
-  on a connection error), and with ``stream_faults`` makes the streams
-  :class:`_UncheckedStream`, overriding ``_build_hdr_validation_flags`` and
-  ``_process_received_headers``; off, h2 takes every HEADERS frame.
+  ``_receive_headers_frame`` and ``receive_data`` do; with ``stream_faults`` its
+  streams are :class:`_UncheckedStream`; off, h2 takes every HEADERS frame.
 
-``take_last_data`` (a response's last DATA frame, END_STREAM and no padding) is
-part of the ``data`` path.
-
-tests/test_stream_faults.py covers each fault, tests/test_h2conn_fast_unit.py
-holds the fast path to what h2 itself does, tests/test_fastpaths.py each probe.
+tests/test_stream_faults.py covers each fault; the engine's differential tests
+hold the fast paths to what h2 itself does, event for event and byte for byte.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h2.config
 import h2.connection
@@ -78,11 +66,21 @@ import h2.stream
 from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
 
-from .. import errors
-from ..fields import Header
-from .h2errors import describe_h2_error
-from .hpackcache import FieldCachingDecoder
+from ... import errors
+from ...fields import Header
+from .errortext import describe_h2_error
+from .hpackdecode import FieldCachingDecoder
 from .hpackencode import RequestBlockEncoder
+from .manifest import (
+    DATA,
+    FAST_PATHS,
+    HPACK,
+    RECEIVE,
+    REQUEST_HEADERS,
+    RESPONSE_HEADERS,
+    STREAM_FAULTS,
+    lookup,
+)
 
 #: A header list up to this much above our limit is still decoded (so only its
 #: stream fails); beyond it decoding costs too much, and the connection ends.
@@ -92,28 +90,25 @@ DECODE_HEADROOM = 4 * 1024 * 1024
 #: RFC 9113 6.5.2: each field counts its name and value plus 32 bytes.
 FIELD_OVERHEAD = 32
 
-#: The fast paths (see the module's docstring), by the names /metrics shows.
-RECEIVE = "receive"
-DATA = "data"
-STREAM_FAULTS = "stream_faults"
-HPACK = "hpack"
-REQUEST_HEADERS = "request_headers"
-RESPONSE_HEADERS = "response_headers"
-FAST_PATHS = (RECEIVE, DATA, STREAM_FAULTS, HPACK, REQUEST_HEADERS, RESPONSE_HEADERS)
-
-_CLIENT_OPEN = h2.connection.ConnectionState.CLIENT_OPEN
+# h2's undocumented enums, looked up so that a release without one still
+# imports: the manifest's check then turns the paths using it off.
+_CLIENT_OPEN = lookup("h2.connection.ConnectionState.CLIENT_OPEN")
 #: Connection states in which a request's HEADERS are framed by h2ping (the
 #: first request moves the connection from IDLE to CLIENT_OPEN).
-_SENDING = (h2.connection.ConnectionState.IDLE, _CLIENT_OPEN)
+_SENDING = (lookup("h2.connection.ConnectionState.IDLE"), _CLIENT_OPEN)
 #: Stream states in which a response's DATA is taken (ours is the client side).
-_RECEIVING = (h2.stream.StreamState.OPEN, h2.stream.StreamState.HALF_CLOSED_LOCAL)
-_CLOSED = h2.stream.StreamState.CLOSED
-_OUTBOUND = h2.connection.AllowedStreamIDs.ODD
-_SEND_HEADERS = h2.connection.ConnectionInputs.SEND_HEADERS
-_STREAM_SEND_HEADERS = h2.stream.StreamInputs.SEND_HEADERS
-_STREAM_SEND_END = h2.stream.StreamInputs.SEND_END_STREAM
-_RECV_HEADERS = h2.connection.ConnectionInputs.RECV_HEADERS
-_STREAM_RECV_END = h2.stream.StreamInputs.RECV_END_STREAM
+_RECEIVING = (
+    lookup("h2.stream.StreamState.OPEN"),
+    lookup("h2.stream.StreamState.HALF_CLOSED_LOCAL"),
+)
+_CLOSED = lookup("h2.stream.StreamState.CLOSED")
+_OUTBOUND = lookup("h2.connection.AllowedStreamIDs.ODD")
+_SEND_HEADERS = lookup("h2.connection.ConnectionInputs.SEND_HEADERS")
+_STREAM_SEND_HEADERS = lookup("h2.stream.StreamInputs.SEND_HEADERS")
+_STREAM_SEND_END = lookup("h2.stream.StreamInputs.SEND_END_STREAM")
+_RECV_HEADERS = lookup("h2.connection.ConnectionInputs.RECV_HEADERS")
+_STREAM_RECV_END = lookup("h2.stream.StreamInputs.RECV_END_STREAM")
+_CLOSED_BY_RESET = lookup("h2.stream.StreamClosedBy.SEND_RST_STREAM")
 _HEADERS_FRAME, _END_STREAM, _END_HEADERS = b"\x01", 0x1, 0x4
 #: h2 forgets closed streams whenever it counts open ones, on every request it
 #: sends; the fast path counts (and forgets) once its table has doubled.
@@ -162,10 +157,16 @@ class _Fault(Exception):
         self.event = StreamFault(stream_id, error, detail, error_code)
 
 
-class _Stream(h2.stream.H2Stream):
+if TYPE_CHECKING:
+    _H2Stream = h2.stream.H2Stream
+else:  # a release without it still imports: stream_faults is then off
+    _H2Stream = getattr(h2.stream, "H2Stream", object)
+
+
+class _Stream(_H2Stream):
     """An h2 stream whose own faults are raised as :class:`_Fault`."""
 
-    header_list_limit = h2.connection.H2Connection.DEFAULT_MAX_HEADER_LIST_SIZE
+    header_list_limit = getattr(h2.connection.H2Connection, "DEFAULT_MAX_HEADER_LIST_SIZE", 65536)
 
     def receive_headers(
         self,
@@ -173,6 +174,12 @@ class _Stream(h2.stream.H2Stream):
         end_stream: bool,
         header_encoding: bool | str | None,
     ) -> Any:
+        if self.state_machine.state is _CLOSED:
+            # h2 refuses a header block on a stream it has forgotten with
+            # StreamClosedError, and an informational one on a closed stream it
+            # still holds with ProtocolError. The request_headers path forgets
+            # closed streams later than h2 would: all are refused the first way.
+            raise h2.exceptions.StreamClosedError(self.stream_id)
         size = header_list_size(headers)  # a list: h2 decoded the whole block
         if size > self.header_list_limit:
             trailers = self.state_machine.headers_received
@@ -467,8 +474,8 @@ class H2Connection(h2.connection.H2Connection):
         if stream is not None:
             # Closed as if we had sent RST_STREAM: h2 then drops (and credits)
             # whatever the peer still sends on it.
-            stream.state_machine.state = h2.stream.StreamState.CLOSED
-            stream.state_machine.stream_closed_by = h2.stream.StreamClosedBy.SEND_RST_STREAM
+            stream.state_machine.state = _CLOSED
+            stream.state_machine.stream_closed_by = _CLOSED_BY_RESET
         frames: list[Frame] = [RstStreamFrame(event.stream_id, error_code=event.error_code)]
         if isinstance(frame, DataFrame):
             # Counted against the connection window, and nobody will read it.

@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import h2.events
-from h2.stream import StreamClosedBy
 from hpack import Decoder, Encoder, NeverIndexedHeaderTuple
 from hyperframe.frame import (
     DataFrame,
@@ -32,17 +31,9 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from .h2conn import (
-    DATA,
-    H2_CONFIG,
-    HPACK,
-    RECEIVE,
-    REQUEST_HEADERS,
-    RESPONSE_HEADERS,
-    STREAM_FAULTS,
-    H2Connection,
-)
-from .hpackcache import FieldCachingDecoder
+from .connection import H2_CONFIG, H2Connection
+from .hpackdecode import FieldCachingDecoder
+from .manifest import DATA, HPACK, RECEIVE, REQUEST_HEADERS, RESPONSE_HEADERS, STREAM_FAULTS, lookup
 
 _REQUEST = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"p"), (b":path", b"/")]
 _HEADER_LIST_LIMIT = 1000
@@ -452,7 +443,9 @@ def stream_faults() -> str | None:
         sent = _resets(twin.conn.data_to_send())
         if said != events or sent != resets:
             return f"step {step}: events {said}, resets {sent}; expected {events}, {resets}"
-        if not step and twin.conn.streams[1].closed_by is not StreamClosedBy.SEND_RST_STREAM:
+        if not step and twin.conn.streams[1].closed_by is not lookup(
+            "h2.stream.StreamClosedBy.SEND_RST_STREAM"
+        ):
             return "h2 does not see a faulty stream as reset by h2ping"
     return None
 
