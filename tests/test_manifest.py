@@ -68,3 +68,16 @@ def test_lookup_of_a_gone_name_compares_equal_to_nothing() -> None:
     assert manifest.lookup("h2.connection.ConnectionState.CLOSED") is (
         h2.connection.ConnectionState.CLOSED
     )
+
+
+def test_the_command_says_whether_each_path_holds() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "h2ping.http2.engine"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert [line.split(":")[0] for line in done.stdout.splitlines()[:-1]] == list(FAST_PATHS)
+    assert all(line.endswith(": taken") for line in done.stdout.splitlines()[:-1])
+    assert done.stdout.splitlines()[-1].startswith("h2 ")
