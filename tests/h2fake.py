@@ -55,6 +55,22 @@ def only_fast_paths(paths: Collection[str]) -> Iterator[None]:
         yield
 
 
+def forget_to_count_plain_data(monkeypatch: Any) -> None:
+    """Break the fast DATA path: it takes a frame but leaves the stream's window
+    as it was (what the probes and the differential test must catch)."""
+    from h2ping.http2.engine.connection import H2Connection
+
+    take = H2Connection.take_plain_data
+
+    def forgetful(self: H2Connection, stream_id: int, size: int) -> bool:
+        taken = take(self, stream_id, size)
+        if taken:
+            self.streams[stream_id]._inbound_window_manager.current_window_size += size
+        return taken
+
+    monkeypatch.setattr(H2Connection, "take_plain_data", forgetful)
+
+
 class FakeTransport:
     """Collects the client's bytes; ``frames()`` parses what arrived since the last call."""
 

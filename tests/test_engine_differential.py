@@ -37,12 +37,21 @@ from hypothesis import strategies as st
 
 from h2ping.fields import Header
 from h2ping.http2 import upstream
+from h2ping.http2.engine import probes
 from h2ping.http2.engine.frames import FRAME, RUN, FrameSplitter
 from h2ping.http2.engine.manifest import FAST_PATHS, STREAM_FAULTS
 from h2ping.http2.streams import UpstreamStream
 from h2ping.http2.upstream import ConnState
 
-from .h2fake import REQUEST, FakeServer, Harness, RecordingSink, only_fast_paths
+from .h2fake import (
+    PREFACE,
+    REQUEST,
+    FakeServer,
+    Harness,
+    RecordingSink,
+    forget_to_count_plain_data,
+    only_fast_paths,
+)
 
 SMALL_STREAM_WINDOW = 4096
 SMALL_CONNECTION_WINDOW = 80_000  # h2 cannot go below 65,535 here
@@ -83,41 +92,21 @@ class AckingSink(RecordingSink):
 
 
 class Written:
-    """What a connection wrote, frame by frame; header blocks decoded by one
-    decoder, as the server's would be."""
+    """What a connection wrote, frame by frame (the probes' reader: header blocks
+    decoded by one decoder, as the server's would be)."""
 
     def __init__(self) -> None:
-        self.decoder = hpack.Decoder()
+        self.sent = probes._Sent()
         # Any size the script's SETTINGS may allow: the size updates themselves
         # are compared between the twins.
-        self.decoder.max_allowed_table_size = 100_000
+        self.sent.decoder.max_allowed_table_size = 100_000
         self.frames: list[Any] = []
         self._read = 0
-        self._block = b""
 
     def update(self, written: bytearray) -> None:
-        data = bytes(written[self._read :])
-        pos = 0
-        if self._read == 0:
-            pos = 24  # the preface
-        while pos + 9 <= len(data):
-            length = int.from_bytes(data[pos : pos + 3], "big")
-            kind, flags = data[pos + 3], data[pos + 4]
-            stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big")
-            payload = data[pos + 9 : pos + 9 + length]
-            pos += 9 + length
-            if kind not in (0x1, 0x9):  # not HEADERS or CONTINUATION: byte for byte
-                self.frames.append((kind, flags, stream_id, payload))
-                continue
-            if kind == 0x1:
-                self._first = (stream_id, flags & 0x1)
-            self._block += payload
-            if flags & 0x4:  # END_HEADERS: the block is whole
-                resized = self._block[:1] != b"" and self._block[0] & 0xE0 == 0x20
-                fields = [(type(f).__name__, *f) for f in self.decoder.decode(self._block)]
-                self.frames.append(("headers", *self._first, fields, resized))
-                self._block = b""
-        self._read += pos
+        data = bytes(written[self._read or len(PREFACE) :])  # writes are whole frames
+        self._read = len(written)
+        self.frames += self.sent.frames(data)
 
 
 class Twin:
@@ -452,17 +441,7 @@ async def test_the_comparison_sees_a_fast_path_that_differs(
 ) -> None:
     """A fast DATA path that forgets to count a frame in the stream's window:
     the comparison must say so."""
-    from h2ping.http2.engine.connection import H2Connection
-
-    take = H2Connection.take_plain_data
-
-    def forgetful(self: H2Connection, stream_id: int, size: int) -> bool:
-        taken = take(self, stream_id, size)
-        if taken:
-            self.streams[stream_id]._inbound_window_manager.current_window_size += size
-        return taken
-
-    monkeypatch.setattr(H2Connection, "take_plain_data", forgetful)
+    forget_to_count_plain_data(monkeypatch)
     with pytest.raises(AssertionError):
         await compare([("data", 1, 100, False, 0)], (False, False, False))
 

@@ -29,6 +29,7 @@ from h2ping.process.metrics import Snapshot
 from h2ping.stats import Stats
 
 from .conftest import TLSFiles, running_proxy, scrape_metrics
+from .h2fake import forget_to_count_plain_data
 
 
 @pytest.fixture(autouse=True)
@@ -267,17 +268,7 @@ def test_a_probe_that_differs_or_raises_turns_its_path_off(
 
 def test_the_data_probe_sees_a_miscounted_window(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fast path that takes DATA but forgets to count it in the stream's window."""
-    from h2ping.http2.engine.connection import H2Connection
-
-    take = H2Connection.take_plain_data
-
-    def forgetful(self: H2Connection, stream_id: int, size: int) -> bool:
-        taken = take(self, stream_id, size)
-        if taken:
-            self.streams[stream_id]._inbound_window_manager.current_window_size += size
-        return taken
-
-    monkeypatch.setattr(H2Connection, "take_plain_data", forgetful)
+    forget_to_count_plain_data(monkeypatch)
     assert "where plain h2 gives" in (probes.data() or "")
 
 
