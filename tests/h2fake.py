@@ -255,6 +255,14 @@ class Harness:
         await asyncio.sleep(0)  # writes are coalesced into one per loop turn
         return self.transport.frames()
 
+    async def sent_all(self, turns: int = 20) -> list[Frame]:
+        """What was written over ``turns`` loop turns: request bodies go out a
+        batch per turn."""
+        frames: list[Frame] = []
+        for _ in range(turns):
+            frames += await self.sent()
+        return frames
+
 
 def of(kind: type[Frame], frames: list[Frame]) -> list:
     return [f for f in frames if isinstance(f, kind)]

@@ -154,15 +154,15 @@ async def test_request_body_waits_for_window_updates() -> None:
     stream, sink = h.open(end_stream=False)
     stream.send(b"x" * 250_000)
     stream.end()
-    frames = await h.sent()
+    frames = await h.sent_all()
     assert data_bytes(frames, 1) == 100_000
     assert stream.pending_bytes == 150_000 and not sink.send_ready
     h.feed(h.server.window_update(1, 100_000))
-    frames = await h.sent()
+    frames = await h.sent_all()
     assert data_bytes(frames, 1) == 100_000 and not of(DataFrame, frames)[-1].flags
     assert stream.pending_bytes > SEND_LOW_WATER and not sink.send_ready
     h.feed(h.server.window_update(1, 100_000))
-    frames = await h.sent()
+    frames = await h.sent_all()
     assert data_bytes(frames, 1) == 50_000 and "END_STREAM" in of(DataFrame, frames)[-1].flags
     assert stream.state is StreamState.SENT and stream.pending_bytes == 0
     assert sink.send_ready == 1  # below the low-water mark: the client's reads resume
@@ -178,7 +178,7 @@ async def test_a_full_socket_buffer_stops_turning_body_into_frames() -> None:
     stream.end()
     assert data_bytes(await h.sent(), 1) == 0, "DATA framed while the socket was paused"
     h.conn.resume_writing()
-    frames = await h.sent()
+    frames = await h.sent_all()
     assert data_bytes(frames, 1) == 100_000 and "END_STREAM" in of(DataFrame, frames)[-1].flags
 
 
