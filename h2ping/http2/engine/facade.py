@@ -104,6 +104,11 @@ class H2Engine:
         self._events = events
         self._streams = streams
         self.responses = 0  # response heads received: the peer is taking work
+        # DATA of one stream, held while more of it follows with nothing between
+        # (see _deliver): one delivery, one write to the client, one credit back.
+        self._held_stream = 0
+        self._held: list[bytes] = []
+        self._held_length = 0
         self._h2 = H2Connection(H2_CONFIG, header_list_limit, self.fast)
         self._frames = FrameSplitter(
             clock, plain_data=DATA in self.fast, plain_headers=RESPONSE_HEADERS in self.fast
@@ -136,6 +141,7 @@ class H2Engine:
                 elif kind == FRAME:
                     self._whole_frame(piece)
                 elif kind == GOAWAY:
+                    self._release()
                     self._events.on_goaway(parse_goaway(piece))
         except FloodError as exc:
             raise ConnectionFault(str(exc), ErrorCodes.ENHANCE_YOUR_CALM) from exc
@@ -147,6 +153,8 @@ class H2Engine:
             raise
         except Exception as exc:  # anything h2 raises on the peer's bytes
             raise ConnectionFault(describe_h2_error(exc)) from exc
+        finally:
+            self._release()  # what came before a fault was good
         return backlog - frames.backlog
 
     def _receive(self, data: bytes) -> None:
@@ -154,20 +162,37 @@ class H2Engine:
 
     def _plain_data(self, stream_id: int, payload: bytes) -> None:
         size = len(payload)
-        if not self._h2.take_plain_data(stream_id, size):
-            self._receive(data_frame(stream_id, payload))
-            return
-        try:
+        if self._h2.take_plain_data(stream_id, size):
             self._deliver(stream_id, payload, size)
-        except Exception:
-            self._events.on_internal_error(stream_id)
+        else:
+            self._receive(data_frame(stream_id, payload))
 
     def _deliver(self, stream_id: int, data: bytes, flow_controlled_length: int) -> None:
-        stream = self._streams.get(stream_id)
-        if stream is not None:
-            stream.got_data(data, flow_controlled_length)
-        else:
-            self._events.on_unclaimed_data(stream_id, flow_controlled_length)
+        """Hold DATA for its stream. Frames of one stream often come in a row (a
+        download): held together, they cost one delivery instead of one each.
+        Anything else the peer says releases what is held first, so the order
+        of what streams hear is the order of the frames."""
+        if stream_id != self._held_stream:
+            self._release()
+            self._held_stream = stream_id
+        self._held.append(data)
+        self._held_length += flow_controlled_length
+
+    def _release(self) -> None:
+        """Deliver the DATA held (see :meth:`_deliver`), if any."""
+        if not self._held:
+            return
+        stream_id, held, length = self._held_stream, self._held, self._held_length
+        self._held_stream, self._held, self._held_length = 0, [], 0
+        data = held[0] if len(held) == 1 else b"".join(held)
+        try:
+            stream = self._streams.get(stream_id)
+            if stream is not None:
+                stream.got_data(data, length)
+            else:
+                self._events.on_unclaimed_data(stream_id, length)
+        except Exception:  # a bug serving one stream must not end the others
+            self._events.on_internal_error(stream_id)
 
     def _whole_frame(self, frame: bytes) -> None:
         """A response's plain HEADERS, or a last DATA frame: taken without h2's
@@ -175,6 +200,7 @@ class H2Engine:
         stream_id = int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF
         payload = frame[FRAME_HEADER:]
         if frame[3] == HEADERS_TYPE:
+            self._release()
             said = self._h2.take_response_headers(stream_id, payload, bool(frame[4] & 0x1))
             if said is None:
                 self._receive(frame)
@@ -185,8 +211,9 @@ class H2Engine:
         if not self._h2.take_last_data(stream_id, size):
             self._receive(frame)
             return
+        self._deliver(stream_id, payload, size)
+        self._release()
         try:
-            self._deliver(stream_id, payload, size)
             if (stream := self._streams.get(stream_id)) is not None:
                 stream.got_end()
         except Exception:
@@ -195,6 +222,10 @@ class H2Engine:
     def _tell(self, said: list[h2.events.Event]) -> None:
         events = self._events
         for event in said:
+            if event.__class__ is h2.events.DataReceived:
+                self._deliver(event.stream_id, event.data, event.flow_controlled_length)
+                continue
+            self._release()
             try:
                 self._tell_one(events, event)
             except Exception:  # a bug serving one stream must not end the others
@@ -202,9 +233,7 @@ class H2Engine:
 
     def _tell_one(self, events: PeerEvents, event: h2.events.Event) -> None:
         # No h2 event class derives from another: isinstance picks exactly one.
-        if isinstance(event, h2.events.DataReceived):
-            self._deliver(event.stream_id, event.data, event.flow_controlled_length)
-        elif isinstance(event, h2.events.WindowUpdated):
+        if isinstance(event, h2.events.WindowUpdated):
             events.on_window_update(event.stream_id)
         elif isinstance(event, h2.events.ResponseReceived):
             self.responses += 1
@@ -265,7 +294,7 @@ class H2Engine:
 
     def send_data(self, stream_id: int, data: bytes | memoryview, end_stream: bool) -> None:
         """Raises h2's ``StreamClosedError`` when the stream is gone."""
-        self._h2.send_data(stream_id, data, end_stream=end_stream)
+        self._h2.send_body(stream_id, data, end_stream)
 
     def end_stream(self, stream_id: int) -> None:
         self._h2.end_stream(stream_id)

@@ -24,7 +24,15 @@ import logging
 from collections.abc import Callable
 
 from . import manifest, probes
-from .manifest import DATA, HPACK, RECEIVE, REQUEST_HEADERS, RESPONSE_HEADERS, STREAM_FAULTS
+from .manifest import (
+    DATA,
+    HPACK,
+    RECEIVE,
+    REQUEST_DATA,
+    REQUEST_HEADERS,
+    RESPONSE_HEADERS,
+    STREAM_FAULTS,
+)
 
 log = logging.getLogger("h2ping")
 
@@ -38,6 +46,7 @@ PROBES: dict[str, Callable[[], str | None]] = {
     STREAM_FAULTS: probes.stream_faults,
     HPACK: probes.hpack,
     REQUEST_HEADERS: probes.request_headers,
+    REQUEST_DATA: probes.request_data,
     RESPONSE_HEADERS: probes.response_headers,
 }
 

@@ -29,8 +29,11 @@ DATA = "data"
 STREAM_FAULTS = "stream_faults"
 HPACK = "hpack"
 REQUEST_HEADERS = "request_headers"
+REQUEST_DATA = "request_data"
 RESPONSE_HEADERS = "response_headers"
-FAST_PATHS = (RECEIVE, DATA, STREAM_FAULTS, HPACK, REQUEST_HEADERS, RESPONSE_HEADERS)
+FAST_PATHS = (
+    RECEIVE, DATA, STREAM_FAULTS, HPACK, REQUEST_HEADERS, REQUEST_DATA, RESPONSE_HEADERS
+)  # fmt: skip
 
 H2_VERSION = "h2 4.4.1"
 HPACK_VERSION = "hpack 4.2.0"
@@ -74,6 +77,7 @@ _SEND_HEADERS = "h2.connection.H2Connection.send_headers"
 _RECV_HEADERS = "h2.connection.H2Connection._receive_headers_frame"
 _RECV_DATA = "h2.connection.H2Connection._receive_data_frame, h2.stream.H2Stream.receive_data"
 _ACK = "h2.connection.H2Connection.acknowledge_received_data"
+_SEND_DATA = "h2.connection.H2Connection.send_data, h2.stream.H2Stream.send_data"
 
 MANIFEST: tuple[Reach, ...] = (
     # --- receive: h2's frame dispatch without its trace formatting
@@ -119,24 +123,26 @@ MANIFEST: tuple[Reach, ...] = (
           "h2.windows.WindowManager._maybe_update_window"),
     # --- the state machines, read and driven by data, request_headers, response_headers
     Reach(_CONNECTION, "streams", "reads",
-          _paths(DATA, STREAM_FAULTS, REQUEST_HEADERS, RESPONSE_HEADERS)),
+          _paths(DATA, STREAM_FAULTS, REQUEST_HEADERS, REQUEST_DATA, RESPONSE_HEADERS)),
     Reach(_CONNECTION, "state_machine", "reads and drives (process_input)",
-          _paths(DATA, REQUEST_HEADERS, RESPONSE_HEADERS),
+          _paths(DATA, REQUEST_HEADERS, REQUEST_DATA, RESPONSE_HEADERS),
           "h2.connection.H2ConnectionStateMachine.process_input"),
     Reach(_STREAM, "state_machine", "reads, drives (process_input) and writes its state",
-          _paths(DATA, STREAM_FAULTS, REQUEST_HEADERS, RESPONSE_HEADERS),
+          _paths(DATA, STREAM_FAULTS, REQUEST_HEADERS, REQUEST_DATA, RESPONSE_HEADERS),
           "h2.stream.H2StreamStateMachine.process_input"),
     Reach(_STREAM_MACHINE, "headers_received", "reads", _paths(DATA, RESPONSE_HEADERS)),
-    Reach(_C, "ConnectionState", "reads", _paths(DATA, REQUEST_HEADERS, RESPONSE_HEADERS)),
+    Reach(_C, "ConnectionState", "reads",
+          _paths(DATA, REQUEST_HEADERS, REQUEST_DATA, RESPONSE_HEADERS)),
     Reach(_C, "ConnectionInputs", "reads", _paths(REQUEST_HEADERS, RESPONSE_HEADERS)),
     Reach(_C, "AllowedStreamIDs", "reads", _paths(REQUEST_HEADERS)),
     Reach(_S, "StreamState", "reads",
-          _paths(DATA, STREAM_FAULTS, REQUEST_HEADERS, RESPONSE_HEADERS)),
-    Reach(_S, "StreamInputs", "reads", _paths(DATA, REQUEST_HEADERS)),
+          _paths(DATA, STREAM_FAULTS, REQUEST_HEADERS, REQUEST_DATA, RESPONSE_HEADERS)),
+    Reach(_S, "StreamInputs", "reads", _paths(DATA, REQUEST_HEADERS, REQUEST_DATA)),
     # --- request_headers: a request's HEADERS framed by h2ping
     Reach(_CONNECTION, "_get_or_create_stream", "calls", _paths(REQUEST_HEADERS), _SEND_HEADERS,
           renamed_in=(_C,)),
-    Reach(_CONNECTION, "_data_to_send", "writes", _paths(REQUEST_HEADERS), _SEND_HEADERS,
+    Reach(_CONNECTION, "_data_to_send", "writes", _paths(REQUEST_HEADERS, REQUEST_DATA),
+          f"{_SEND_HEADERS}, {_SEND_DATA}",
           renamed_in=(_C,)),
     Reach(_STREAM, "_authority", "writes", _paths(REQUEST_HEADERS),
           "h2.stream.H2Stream.send_headers", renamed_in=(_S,)),
@@ -150,6 +156,9 @@ MANIFEST: tuple[Reach, ...] = (
     Reach("hpack.huffman_constants", "REQUEST_CODES", "reads", frozenset(), "", HPACK_VERSION),
     Reach("hpack.huffman_constants", "REQUEST_CODES_LENGTH", "reads", frozenset(), "",
           HPACK_VERSION),
+    # --- request_data: a request body's DATA frames framed by h2ping
+    Reach(_STREAM, "outbound_flow_control_window", "reads and writes", _paths(REQUEST_DATA),
+          "h2.stream.H2Stream.send_data"),
     # --- response_headers: a response's HEADERS without hyperframe's frame objects
     Reach(_C, "_decode_headers", "calls", _paths(RESPONSE_HEADERS), _RECV_HEADERS,
           renamed_in=(_C,)),

@@ -33,7 +33,16 @@ from hyperframe.frame import (
 
 from .connection import H2_CONFIG, H2Connection
 from .hpackdecode import FieldCachingDecoder
-from .manifest import DATA, HPACK, RECEIVE, REQUEST_HEADERS, RESPONSE_HEADERS, STREAM_FAULTS, lookup
+from .manifest import (
+    DATA,
+    HPACK,
+    RECEIVE,
+    REQUEST_DATA,
+    REQUEST_HEADERS,
+    RESPONSE_HEADERS,
+    STREAM_FAULTS,
+    lookup,
+)
 
 _REQUEST = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"p"), (b":path", b"/")]
 _HEADER_LIST_LIMIT = 1000
@@ -79,6 +88,22 @@ class _Twin:
         stream = self.conn.streams[stream_id]
         machines = [self.conn.state_machine.state, stream.state_machine.state]
         self.record.append([*machines, stream.request_method, stream._authority])
+
+    def body(self, stream_id: int, size: int, end_stream: bool) -> None:
+        """Send ``size`` bytes of a request's body; record its frames, the
+        windows and the stream's state."""
+        try:
+            self.conn.send_body(stream_id, memoryview(bytes(range(256)) * 80)[:size], end_stream)
+        except Exception as exc:
+            self.record.append(_raised(exc))
+        self.record.append(self.sent.frames(self.conn.data_to_send()))
+        stream = self.conn.streams.get(stream_id)
+        mine = (
+            None
+            if stream is None
+            else (stream.outbound_flow_control_window, stream.state_machine.state)
+        )
+        self.record.append([self.conn.outbound_flow_control_window, mine])
 
     def plain_data(self, stream_id: int, size: int) -> None:
         if self.conn.take_plain_data(stream_id, size):
@@ -364,6 +389,47 @@ def request_headers() -> str | None:
         twin.record.append([twin.conn.open_outbound_streams, twin.conn.highest_outbound_stream_id])
     indexed = [twin.conn.encoder.header_table.dynamic_entries for twin in twins]
     if indexed[0] == indexed[1]:  # h2ping's requests leave the encoder's table alone
+        return "the fast path was not taken"
+    return _differs(fast, plain)
+
+
+def request_data() -> str | None:
+    """Request bodies framed by h2ping and by h2: the same frames, windows and
+    stream states, and the same refusals (a frame or a window exceeded, a stream
+    that ended or was reset)."""
+    twins = fast, plain = _Twin([REQUEST_DATA], ()), _Twin([], ())
+    taken = 0
+    copy = fast.conn._send_body_fast
+
+    def counting(stream_id: int, data: Any, end_stream: bool) -> bool:
+        nonlocal taken
+        sent = copy(stream_id, data, end_stream)
+        taken += sent
+        return sent
+
+    fast.conn._send_body_fast = counting  # type: ignore[method-assign]
+    post = [(b":method", b"POST"), *_REQUEST[1:]]
+    for twin in twins:
+        server = _Server()
+        for stream_id in (1, 3, 5, 7):  # opened by h2 itself: only bodies are compared
+            twin.conn.send_headers(stream_id, post, end_stream=False)
+        twin.conn.data_to_send()
+        twin.frames(WindowUpdateFrame(0, window_increment=100_000))
+        for size in (100, 0, 16_384, 16_385):  # the last is over the frame size
+            twin.body(1, size, False)
+        for size in (16_384, 16_384, 16_384, 16_383, 1):  # the stream's window, then past it
+            twin.body(3, size, False)
+        twin.frames(WindowUpdateFrame(3, window_increment=1000))
+        twin.body(3, 500, True)
+        twin.body(3, 1, False)  # after its end
+        twin.frames(RstStreamFrame(5, error_code=_CANCEL))
+        twin.body(5, 10, False)  # reset by the server
+        twin.frames(server.headers(7, [(b":status", b"200")], end=True))
+        twin.body(7, 10, False)  # half closed by the server: the body may go on
+        twin.body(7, 10, True)
+        for size in (16_384,) * 6:  # the connection's window, then past it
+            twin.body(1, size, False)
+    if not taken:
         return "the fast path was not taken"
     return _differs(fast, plain)
 
