@@ -54,7 +54,7 @@ class BodyPump(Protocol):
     """What a stream asks of its connection's writing (:mod:`h2ping.http2.outbound`)."""
 
     def pump(self, stream: UpstreamStream) -> None: ...
-    def give_credit(self, stream_id: int, nbytes: int) -> None: ...
+    def schedule_flush(self) -> None: ...
 
 
 class StreamHost(Protocol):
@@ -138,7 +138,8 @@ class UpstreamStream:
         if nbytes <= 0 or self.state is StreamState.CLOSED:
             return
         self.unacked -= nbytes
-        self.conn.outbound.give_credit(self.stream_id, nbytes)
+        if self._engine.give_credit(self.stream_id, nbytes):
+            self.conn.outbound.schedule_flush()  # a WINDOW_UPDATE is due
 
     def ack_held(self) -> None:
         """Give back all the credit of response data delivered so far."""

@@ -442,22 +442,25 @@ class H2Connection(h2.connection.H2Connection):
         stream = self.streams.get(stream_id)
         if stream is None:
             return False
-        state = stream.state_machine.state
-        connection_window = self._inbound_flow_control_window_manager
-        if state is _CLOSED:
-            windows: tuple[Any, ...] = (connection_window,)
-        elif state in _RECEIVING:
-            windows = (connection_window, stream._inbound_window_manager)
-        else:
+        connection = self._inbound_flow_control_window_manager
+        if (
+            not connection.current_window_size
+            or connection._bytes_processed + size >= connection.max_window_size // 2
+        ):
             return False
-        for window in windows:
-            if (
-                not window.current_window_size
-                or window._bytes_processed + size >= window.max_window_size // 2
-            ):
-                return False
-        for window in windows:
-            window._bytes_processed += size
+        state = stream.state_machine.state
+        if state is _CLOSED:
+            connection._bytes_processed += size
+            return True
+        if state not in _RECEIVING:
+            return False
+        window = stream._inbound_window_manager
+        if not window.current_window_size or window._bytes_processed + size >= (
+            window.max_window_size // 2
+        ):
+            return False
+        connection._bytes_processed += size
+        window._bytes_processed += size
         return True
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
