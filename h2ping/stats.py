@@ -101,6 +101,7 @@ class Stats:
     ping_timeouts: int = 0  # connections declared dead: nothing arrived after a PING
     too_many_pings: int = 0  # GOAWAY(ENHANCE_YOUR_CALM, "too_many_pings") received
     access_log_dropped: int = 0  # access-log lines lost: the writer fell behind, or failed
+    descriptor_shortages: int = 0  # times no file descriptor was free (process.descriptors)
     last_ping_rtt: float | None = None  # seconds, of the most recent acknowledged PING
     #: Responses sent to clients by status class ("2xx", "5xx", ...).
     responses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -182,6 +183,9 @@ class Stats:
 
     def access_log_lines_dropped(self, lines: int) -> None:
         self.access_log_dropped += lines
+
+    def descriptors_short(self) -> None:
+        self.descriptor_shortages += 1
 
     def snapshot(self, *, retry_buffer_bytes: int) -> Stats:
         """A copy as of now, with the gauge read from its owner: later traffic

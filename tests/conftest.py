@@ -53,6 +53,8 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
     loop (what a project embedding h2ping in its tests may use)."""
     import uvloop
 
+    if item.get_closest_marker("one_loop"):  # the loop under test is another process's
+        return {"asyncio": asyncio.new_event_loop}
     return {"uvloop": uvloop.new_event_loop, "asyncio": asyncio.new_event_loop}
 
 

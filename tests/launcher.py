@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,8 +109,10 @@ async def launch(
     grace: float = 60.0,
     env: dict[str, str] | None = None,
     startup_timeout: float = 30.0,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Launched:
-    """Start ``command`` and wait until ``ready_file`` exists; raises :class:`StartFailed`."""
+    """Start ``command`` and wait until ``ready_file`` exists; raises :class:`StartFailed`.
+    ``preexec_fn`` runs in the child before it execs (to lower a limit, say)."""
     ready_file.unlink(missing_ok=True)  # a stale file would read as ready at once
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -120,6 +122,7 @@ async def launch(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=env,
+            preexec_fn=preexec_fn,
         )
     launched = Launched(proc, log, ready_file, grace)
     loop = asyncio.get_running_loop()

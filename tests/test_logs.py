@@ -15,6 +15,8 @@ from h2.errors import ErrorCodes
 
 from h2ping.logs import JsonFormatter, plural, text_formatter
 from h2ping.process import cli
+from h2ping.process.descriptors import DescriptorWatch
+from h2ping.stats import Stats
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
 from .conftest import free_port, running_proxy, wait_for_port
@@ -144,7 +146,7 @@ async def test_event_loop_errors_are_logged_in_our_format(caplog: pytest.LogCapt
     a JSON line with --log-format json), not by asyncio's own handler."""
     caplog.set_level(logging.ERROR, logger="h2ping")
     loop = asyncio.get_running_loop()
-    loop.set_exception_handler(cli._log_loop_exception)
+    loop.set_exception_handler(cli._loop_exception_handler(DescriptorWatch(Stats())))
     try:
         loop.call_soon(operator.truediv, 1, 0)
         await asyncio.sleep(0.05)

@@ -29,6 +29,7 @@ from ..errors import AccessLogError, AdminListenError, BindError
 from ..http2.engine import fastpaths
 from ..logs import LIFECYCLE, plural, setup_logging
 from ..sockets import raise_nofile_limit
+from .descriptors import DescriptorWatch, is_shortage
 from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
 from .heap import HeapTrimmer
 from .proxy import Proxy, bind_listener
@@ -45,10 +46,22 @@ _GO_RUNTIME_ENV = ("GOMEMLIMIT", "GOMAXPROCS")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def _log_loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """asyncio's own report of an error in a callback, through our handler and format."""
-    exc = context.get("exception")
-    log.error("unhandled error in the event loop: %s", context.get("message"), exc_info=exc)
+def _loop_exception_handler(
+    descriptors: DescriptorWatch,
+) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """asyncio's own report of an error in a callback, through our handler and
+    format; a descriptor shortage (asyncio's failed accept) goes to the watch,
+    which says it in words instead of a traceback."""
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if is_shortage(exc):
+            message = str(context.get("message", ""))
+            descriptors.shortage("accept" if "accept" in message else message or "a callback")
+            return
+        log.error("unhandled error in the event loop: %s", context.get("message"), exc_info=exc)
+
+    return handle
 
 
 def _reason(exc: OSError) -> str:
@@ -103,8 +116,9 @@ async def serve(
     and writes the ready file.
     """
     loop = asyncio.get_running_loop()
-    loop.set_exception_handler(_log_loop_exception)
     proxy = Proxy(config)
+    descriptors = DescriptorWatch(proxy.stats)
+    loop.set_exception_handler(_loop_exception_handler(descriptors))
     stopping = asyncio.Event()
 
     def on_signal(signum: int) -> None:
@@ -146,6 +160,7 @@ async def serve(
     # Process-wide, like the open-file limit: here and not in Proxy, which others embed.
     trimmer = HeapTrimmer()
     trimmer.start()
+    descriptors.start()
     try:
         if config.ready_file is not None and not write_ready_file(config.ready_file):
             await proxy.stop(grace=0)
@@ -170,6 +185,7 @@ async def serve(
         return 0
     finally:
         trimmer.stop()
+        descriptors.stop()
         remove_ready_file(config.ready_file)
 
 

@@ -25,6 +25,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from .descriptors import is_shortage
+
 log = logging.getLogger("h2ping")
 
 CHECK_INTERVAL = 1.0  # seconds
@@ -110,7 +112,13 @@ class HeapTrimmer:
 
     def _check(self) -> None:
         self._schedule()
-        anon, free = anon_resident_bytes(), self._free_bytes()
+        try:
+            anon, free = anon_resident_bytes(), self._free_bytes()
+        except OSError as exc:
+            if not is_shortage(exc):
+                raise
+            log.debug("heap check skipped: no file descriptor free to read %s", _STATM)
+            return
         grown = anon - self._anon_mark >= TRIM_STEP or free - self._free_mark >= TRIM_STEP
         if not grown or free < TRIM_STEP:
             # The marks follow memory down: growth counts from the lowest point.

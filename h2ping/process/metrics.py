@@ -280,4 +280,7 @@ def render(
     if config.access_log is not None:
         counter("access_log_dropped", "Access-log lines lost: the writer fell behind "
                 "(a slow disk) or could not write.", stats.access_log_dropped)  # fmt: skip
+    counter("descriptor_shortages", "Times no file descriptor was free: a client turned "
+            "away, or a once-a-second check that found all in use.",
+            stats.descriptor_shortages)  # fmt: skip
     return "\n".join(lines) + "\n"
