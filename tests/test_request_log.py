@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ import aiohttp
 import pytest
 from h2.errors import ErrorCodes
 
-from h2ping.process.accesslog import QUEUE_LINES, AccessLog, Entry
+from h2ping.process.accesslog import QUEUE_LINES, AccessLog, Entry, format_entry
 from h2ping.stats import OUTCOMES, Stats
 from h2ping.testing import ScriptedRequest
 
@@ -64,11 +65,46 @@ async def test_latency_histograms_by_outcome(tls: TLSFiles) -> None:
     assert ("h2ping_access_log_dropped_total", "") not in metrics  # no access log: not there
 
 
+#: ``TIME "INSTANCE" METHOD "PATH" key=value ...``, the quoted parts escaped.
+TEXT_LINE = re.compile(r'(\S+) "((?:[^"\\]|\\.)*)" (\S+) "((?:[^"\\]|\\.)*)" (.*)')
+
+
+def unquote(text: str) -> bytes:
+    """The bytes a quoted part of a text line stands for."""
+    return text.encode("ascii").decode("unicode_escape").encode("latin-1")
+
+
 def parse_text_line(line: str) -> dict[str, str]:
-    """``TIME INSTANCE METHOD PATH key=value ...`` as a dict."""
-    stamp, instance, method, path, *pairs = line.split(" ")
-    fields = dict(pair.split("=", 1) for pair in pairs)
-    return {"time": stamp, "instance": instance, "method": method, "path": path, **fields}
+    """A text access-log line as a dict, the quoted parts unescaped."""
+    match = TEXT_LINE.fullmatch(line)
+    assert match is not None, line
+    stamp, instance, method, path, rest = match.groups()
+    fields = dict(pair.split("=", 1) for pair in rest.split(" "))
+    return {
+        "time": stamp,
+        "instance": unquote(instance).decode(),
+        "method": method,
+        "path": unquote(path).decode("latin-1"),
+        **fields,
+    }
+
+
+@pytest.mark.parametrize(
+    ("instance", "target"),
+    [
+        ("api example", b"/v1/chat"),
+        ('gym "eval" run\\2', b'/a"b\\c'),
+        ("pr\u00fcfung \u2603", b"/caf\xc3\xa9/\xff\x01end"),
+    ],
+)
+def test_text_lines_split_one_way_whatever_the_name_and_path(instance: str, target: bytes) -> None:
+    entry = (1.5e9, b"GET", target + b"?key=secret", 200, 0, 5, 0.25, 0.125, 3, 5, 0, "ok")
+    line = format_entry(entry, "text", instance)
+    assert "\n" not in line and all(" " <= ch <= "~" for ch in line), line
+    fields = parse_text_line(line)
+    assert fields["instance"] == instance
+    assert fields["path"].encode("latin-1") == target  # the query is never written
+    assert (fields["method"], fields["status"], fields["outcome"]) == ("GET", "200", "ok")
 
 
 @pytest.mark.parametrize("log_format", ["text", "json"])
@@ -198,8 +234,8 @@ async def test_sighup_reopens_the_access_log(tls: TLSFiles, tmp_path: Path, work
         finally:
             launched.kill()
     rotated, fresh = (tmp_path / "access.log.1").read_text(), path.read_text()
-    assert rotated.count(" /before ") == 6 and " /after " not in rotated
-    assert fresh.count(" /after ") == 6 and " /before " not in fresh
+    assert rotated.count(' "/before" ') == 6 and ' "/after" ' not in rotated
+    assert fresh.count(' "/after" ') == 6 and ' "/before" ' not in fresh
 
 
 def test_an_access_log_that_cannot_be_opened_stops_the_start(tmp_path: Path) -> None:

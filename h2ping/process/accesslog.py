@@ -56,6 +56,19 @@ def path_of(target: bytes) -> str:
     return path.decode("latin-1")
 
 
+def quoted(value: bytes) -> str:
+    """``value`` for inside double quotes, as nginx's ``escape=default`` writes
+    it: ``"`` and ``\\`` behind a backslash, every byte outside printable
+    ASCII as ``\\xHH``, so a line stays one line of plain text."""
+    return "".join(_QUOTED[byte] for byte in value)
+
+
+_QUOTED = [
+    "\\" + chr(b) if chr(b) in '"\\' else chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}"
+    for b in range(256)
+]
+
+
 def format_entry(entry: Entry, log_format: str, instance: str) -> str:
     """One line, without its newline, in ``text`` or ``json``."""
     when, method, target, status, bytes_in, bytes_out, duration, headers = entry[:8]
@@ -80,11 +93,11 @@ def format_entry(entry: Entry, log_format: str, instance: str) -> str:
                 "outcome": outcome,
             }
         )
-    # The parser let no space or control character into the method or the path;
-    # a non-ASCII byte is escaped, so a line stays one line of plain text.
-    text_path = path.encode("latin-1").decode("ascii", "backslashreplace")
+    # The instance name and the path are quoted, so that a line splits one way
+    # whatever they hold (a -name with a space); the method is a token.
     return (
-        f"{stamp} {instance} {method.decode('latin-1')} {text_path}"
+        f'{stamp} "{quoted(instance.encode())}" {method.decode("latin-1")}'
+        f' "{quoted(path.encode("latin-1"))}"'
         f" status={status or '-'} request_bytes={bytes_in} response_bytes={bytes_out}"
         f" duration={duration:.6f}"
         f" time_to_headers={'-' if headers is None else f'{headers:.6f}'}"
