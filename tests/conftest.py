@@ -29,6 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import h2ping
 from h2ping import Proxy
 
+from . import procguard
+
 ASGIApp = Callable[
     [dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]
 ]
@@ -46,6 +48,13 @@ class TLSFiles:
         context.load_cert_chain(self.cert_file, self.key_file)
         context.set_alpn_protocols(["h2"])
         return context
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test, and before threads start: the watchdog that ends every
+    server with the run, and SIGTERM as Ctrl-C (see tests/procguard.py)."""
+    procguard.reaper()
+    procguard.install()
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict:

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import procguard
+
 #: h2ping's console script in the environment running the tests.
 H2PING_SIDECAR = Path(sys.executable).parent / "h2-ping-sidecar"
 
@@ -82,6 +84,7 @@ class Launched:
             if loop.time() > deadline:
                 raise TimeoutError(f"still running after {timeout}s:\n{self.log_text()}")
             await asyncio.sleep(0.02)
+        procguard.reaper().forget(self.pid)
         return code
 
     async def terminate(self) -> int:
@@ -98,6 +101,18 @@ class Launched:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        procguard.reaper().forget(self.pid)
+
+
+def _setup(preexec_fn: Callable[[], None] | None) -> Callable[[], None]:
+    """The child's own process group, which dies with the test run, then ``preexec_fn``."""
+
+    def setup() -> None:
+        procguard.in_own_group()
+        if preexec_fn is not None:
+            preexec_fn()
+
+    return setup
 
 
 async def launch(
@@ -120,10 +135,10 @@ async def launch(
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
             env=env,
-            preexec_fn=preexec_fn,
+            preexec_fn=_setup(preexec_fn),
         )
+    procguard.reaper().watch(proc.pid)
     launched = Launched(proc, log, ready_file, grace)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + startup_timeout

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pathlib
 import shutil
+import signal
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
 
+from . import procguard
 from .conftest import TLSFiles, free_port, wait_for_port
 
 CONFIG = """
@@ -73,7 +76,9 @@ async def run_nginx(
         [binary, "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "error.log")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        preexec_fn=procguard.in_own_group,
     )
+    procguard.reaper().watch(proc.pid)
     try:
         try:
             await wait_for_port(port)
@@ -84,3 +89,6 @@ async def run_nginx(
     finally:
         proc.terminate()
         await asyncio.get_running_loop().run_in_executor(None, proc.wait)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # its workers, if the master left them
+        procguard.reaper().forget(proc.pid)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from .. import procguard
 from ..conftest import wait_for_port
 
 BIG_SIZE = 16 * 1024 * 1024
@@ -83,7 +84,8 @@ async def running_process(
     timeout: float = 10.0,
 ) -> AsyncIterator[subprocess.Popen[bytes]]:
     """Start a server in its own process group and wait for its port; on the way
-    out, stop it, then kill whatever is left of the group (old generations)."""
+    out, stop it, then kill whatever is left of the group (old generations).
+    The group dies with the test run however the run ends (:mod:`tests.procguard`)."""
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 -- closed below
     proc = subprocess.Popen(
         list(argv),
@@ -91,8 +93,9 @@ async def running_process(
         stderr=subprocess.STDOUT,
         cwd=workdir,
         env={**os.environ, **(env or {})},
-        start_new_session=True,
+        preexec_fn=procguard.in_own_group,
     )
+    procguard.reaper().watch(proc.pid)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -112,4 +115,5 @@ async def running_process(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of the group
         await loop.run_in_executor(None, proc.wait)
+        procguard.reaper().forget(proc.pid)
         log.close()
