@@ -54,18 +54,6 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
         ],
         ["download_mb_per_s", "upload_mb_per_s"],
     ),
-    "small_during_download": (
-        "3b. small requests on 1 connection while 200 MiB downloads run through the same "
-        "proxy, median ms  [loaded/idle: the slow-down; goal <= 2x]",
-        [
-            ("idle p50", lambda f: f["idle_median_ms"], "{:.2f}"),
-            ("loaded p50", lambda f: f["loaded_median_ms"], "{:.2f}"),
-            ("loaded p99", lambda f: f["loaded_p99_ms"], "{:.2f}"),
-            ("loaded/idle", lambda f: f["loaded_over_idle"], "{:.2f}x"),
-            ("downloads", lambda f: f["downloads_finished"], "{}"),
-        ],
-        ["loaded_median_ms"],
-    ),
     "workers": (
         "6. h2ping --workers 1 vs 2: small requests, 50 connections (h2load --h1 /tiny)  "
         "[scaling: req/s over 1 worker's, target >= 1.70; x go: req/s over Go's; "

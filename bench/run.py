@@ -22,21 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import goals
-from measure import cpu_model  # these three stdlib only, unlike the other bench modules
+from measure import cpu_model  # these two stdlib only, unlike the other bench modules
 from procs import find_tool, write_results
 
 BENCH_DIR = Path(__file__).resolve().parent
 SSE_SCENARIOS = ("sse_500", "sse_1000", "sse_2000")
-DEFAULT_SCENARIOS = (
-    "small_50",
-    "latency_1",
-    "transfer_16m",
-    "small_during_download",
-    "inflight",
-    *SSE_SCENARIOS,
-    "workers",
-)
+DEFAULT_SCENARIOS = ("small_50", "latency_1", "transfer_16m", "inflight", *SSE_SCENARIOS, "workers")
 ALL_SCENARIOS = (*DEFAULT_SCENARIOS, "inflight50k")
 # Aliases accepted by --scenarios, each standing for one or more scenarios.
 ALIASES = {
@@ -258,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     doc["wall_seconds"] = round(time.monotonic() - started, 1)
     doc["loadavg_end"] = _loadavg()
-    doc["goals"] = goals.to_json(goals.evaluate(doc["scenarios"]))
     print_summary(doc)
     write_results(doc, args.out)
     return code
@@ -278,8 +268,6 @@ def print_summary(doc: dict[str, Any]) -> None:
     )
     for name, result in doc["scenarios"].items():
         print(report.render(name, result) + "\n")
-    print("Goals: h2ping against Go in this run (ratio: h2ping's figure over the other's)")
-    print(goals.render(goals.evaluate(doc["scenarios"])) + "\n")
     # h2ping's own complaints in full (first few per scenario); other peers' only counted.
     for peer, records in doc.get("proxy_logs", {}).items():
         for record in records:

@@ -311,58 +311,6 @@ def transfer_16m(bench: Bench) -> dict[str, Any]:
     return {"params": params, "peers": figures, "errors": errors}
 
 
-# 3b. small GETs while a 200 MiB download runs through the same upstream connection ---------
-
-
-def small_during_download(bench: Bench) -> dict[str, Any]:
-    """One connection's small GETs, first with nothing else going on, then while
-    200 MiB downloads run back to back at full speed through the same proxy (and
-    so the same upstream connection: both proxies multiplex on one). The curl
-    loop runs at a lower priority than h2load, so that the load core's own
-    contention does not count as the proxy's."""
-    seconds = 2.0 if bench.quick else 4.0
-
-    def run(bench: Bench, peer: Peer) -> dict[str, Any]:
-        url = peer.url + "/tiny"
-        h2load(url, h1=peer.h1, clients=1, requests=200)  # warm: upstream connection, caches
-        idle_log, loaded_log = (bench.tmp / f"{when}-{peer.name}.tsv" for when in ("idle", "dl"))
-        h2load(url, h1=peer.h1, clients=1, duration=seconds, log_file=idle_log)
-        stop = bench.tmp / f"stop-downloads-{peer.name}"
-        ca = "" if peer.h1 else f"--http2 --cacert {bench.origin.ca_path}"
-        loop = (
-            f"n=0; while [ ! -e {stop} ]; do curl -sS -o /dev/null {ca} {peer.url}/200m"
-            f" && n=$((n+1)); done; echo $n"
-        )
-        downloads = bench.procs.start(
-            f"downloads-{peer.name}", ["nice", "-n", "10", "bash", "-c", loop], cpu=LOAD_CPU
-        )
-        try:
-            time.sleep(0.5)  # the first download under way
-            h2load(url, h1=peer.h1, clients=1, duration=seconds, log_file=loaded_log)
-        finally:
-            stop.touch()
-            downloads.popen.wait(timeout=120)
-        finished = int(downloads.log_path.read_text().split()[-1] or 0)
-        if not finished:
-            raise BenchError("no 200 MiB download finished during the window")
-        idle, loaded = latency_from_log(idle_log), latency_from_log(loaded_log)
-        return {
-            "idle_median_ms": idle["p50_us"] / 1000,
-            "loaded_median_ms": loaded["p50_us"] / 1000,
-            "loaded_p99_ms": loaded["p99_us"] / 1000,
-            "loaded_over_idle": loaded["p50_us"] / idle["p50_us"],
-            "downloads_finished": finished,
-        }
-
-    figures, errors = _each_peer(bench, "small_during_download", bench.peers, run)
-    params = {
-        "seconds": seconds,
-        "download": "200 MiB, back to back, nice 10",
-        "client": "h2load -c 1",
-    }
-    return {"params": params, "peers": figures, "errors": errors}
-
-
 def _uploaded_whole(body: str) -> bool:
     # nginx answers "ok $request_length": the head plus every byte of the body.
     parts = body.split()
