@@ -72,6 +72,26 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
         [],  # the scaling column is the comparison; no h2ping/peer ratio
     ),
 }
+COLUMNS["small_during_download"] = (
+    "8. small requests (h2load --h1 -c 1 /tiny), idle, then while 200 MiB downloads (curl) "
+    "run back to back through the same proxy, latency in ms  "
+    "[loaded/idle: median while loaded over idle median; ratio > 1: h2ping slower]",
+    [
+        ("idle p50", lambda f: f["idle_p50_ms"], "{:.2f}"),
+        ("loaded p50", lambda f: f["loaded_p50_ms"], "{:.2f}"),
+        ("loaded/idle", lambda f: f["loaded_over_idle"], "{:.2f}x"),
+        ("idle p99", lambda f: f["idle_p99_ms"], "{:.2f}"),
+        ("loaded p99", lambda f: f["loaded_p99_ms"], "{:.2f}"),
+        ("requests", lambda f: f"{f['idle_requests']}/{f['loaded_requests']}", "{}"),
+        ("failed", lambda f: f["failed"], "{}"),
+        ("downloads", lambda f: f["downloads"], "{}"),
+        ("MB/s", lambda f: f["download_mb_per_s"], "{:,.0f}"),
+        ("upstream conns", lambda f: f["upstream_connections"], "{}"),
+        ("opened", lambda f: f.get("connections_opened"), "{}"),  # h2ping's summary
+        *LAG_COLUMNS,
+    ],
+    ["loaded_p50_ms"],
+)
 COLUMNS["sse"] = (
     "7. streamed responses: {streams:,} SSE streams, {bytes} B every {interval_ms} ms "
     "(asks {asked_per_s:,} events/s), {seconds:g} s window  "

@@ -27,7 +27,15 @@ from procs import find_tool, write_results
 
 BENCH_DIR = Path(__file__).resolve().parent
 SSE_SCENARIOS = ("sse_500", "sse_1000", "sse_2000")
-DEFAULT_SCENARIOS = ("small_50", "latency_1", "transfer_16m", "inflight", *SSE_SCENARIOS, "workers")
+DEFAULT_SCENARIOS = (
+    "small_50",
+    "latency_1",
+    "transfer_16m",
+    "small_during_download",
+    "inflight",
+    *SSE_SCENARIOS,
+    "workers",
+)
 ALL_SCENARIOS = (*DEFAULT_SCENARIOS, "inflight50k")
 # Aliases accepted by --scenarios, each standing for one or more scenarios.
 ALIASES = {
@@ -35,6 +43,7 @@ ALIASES = {
     "latency": ("latency_1",),
     "transfer": ("transfer_16m",),
     "sse": SSE_SCENARIOS,
+    "during": ("small_during_download",),
     "streaming": SSE_SCENARIOS,
 }
 
