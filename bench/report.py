@@ -159,7 +159,7 @@ def render(name: str, result: dict[str, Any]) -> str:
             ratio = result.get("ratios", {}).get(metric, {}).get(peer)
             cells.append("-" if ratio is None else f"{ratio:.2f}")
         rows.append(cells)
-    lines = [title, _table(headers, rows)]
+    lines = [title, table(headers, rows)]
     lines += [f"  {peer}: ERROR {msg.splitlines()[0]}" for peer, msg in result["errors"].items()]
     lines += [f"  {note}" for note in result.get("notes", [])]
     return "\n".join(lines)
@@ -178,7 +178,7 @@ def _cell(getter: Getter, fmt: str, figures: dict[str, Any]) -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
+def table(headers: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
 
     def line(cells: list[str]) -> str:

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measure import cpu_model  # these two stdlib only, unlike the other bench modules
+import goals  # these three stdlib only, unlike the other bench modules
+from measure import cpu_model
 from procs import find_tool, write_results
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -42,8 +43,8 @@ ALIASES = {
     "small": ("small_50",),
     "latency": ("latency_1",),
     "transfer": ("transfer_16m",),
-    "sse": SSE_SCENARIOS,
     "during": ("small_during_download",),
+    "sse": SSE_SCENARIOS,
     "streaming": SSE_SCENARIOS,
 }
 
@@ -258,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     doc["wall_seconds"] = round(time.monotonic() - started, 1)
     doc["loadavg_end"] = _loadavg()
+    doc["goals"] = goals.evaluate(doc["scenarios"])
     print_summary(doc)
     write_results(doc, args.out)
     return code
@@ -289,6 +291,8 @@ def print_summary(doc: dict[str, Any]) -> None:
             if record["log_problem_count"] > len(shown):
                 more = record["log_problem_count"] - len(shown)
                 print(f"{peer} log ({record['scenario']}): {more} more warning/error lines")
+    # Last, so that it is what a run leaves on the screen.
+    print("\n" + goals.render(doc["goals"]))
 
 
 if __name__ == "__main__":
