@@ -94,7 +94,7 @@ COLUMNS["small_during_download"] = (
 )
 COLUMNS["sse"] = (
     "7. streamed responses: {streams:,} SSE streams, {bytes} B every {interval_ms} ms "
-    "(asks {asked_per_s:,} events/s), {seconds:g} s window  "
+    "(asks {asked_per_s:,} events/s), {seconds:g} s window, origin writes {origin_writes}  "
     "[ratio > 1: h2ping uses more CPU / is later / delivers more]",
     [
         ("open", lambda f: f"{f['heads']}/{f['streams']}", "{}"),
@@ -107,6 +107,10 @@ COLUMNS["sse"] = (
         ("CPU s/10k ev", lambda f: f["cpu_per_10k_events"], "{:.3f}"),
         ("proxy core", lambda f: f["proxy_cpu_share"], "{:.0%}"),
         ("load core", lambda f: f["load_core_share"], "{:.0%}"),
+        # Events per origin write (whole run) and per client read (window): how batched
+        # they reach the proxy and leave it.
+        ("ev/write", lambda f: f["origin"]["events_per_write"], "{:.1f}"),
+        ("ev/read", lambda f: f["events_per_read"], "{:.2f}"),
         *LAG_COLUMNS,
     ],
     ["cpu_per_10k_events", "delay_p99_ms", "events_per_s"],

@@ -169,6 +169,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--inflight-seconds", type=int, help="override T of the same")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "latest.json")
     parser.add_argument("--keep-tmp", action="store_true", help="keep configs and process logs")
+    parser.add_argument(
+        "--sse-batched",
+        action="store_true",
+        help="the streaming origin writes once per loop iteration, not once per event",
+    )
     args = parser.parse_args(argv)
     names = [
         name
@@ -207,7 +212,7 @@ def run_scenarios(
             elif name == "inflight50k":
                 result = scenarios.inflight(bench, 50_000, seconds)
             elif name in streaming.CASES:
-                result = streaming.sse(bench, name)
+                result = streaming.sse(bench, name, flush_each=not args.sse_batched)
             else:
                 result = getattr(scenarios, name)(bench)
             result["wall_seconds"] = round(time.monotonic() - started, 1)

@@ -28,7 +28,12 @@ def fake_results() -> dict:
         },
         "sse_1000": {
             "peers": {
-                "go": {"delay_p50_ms": 1.0, "delay_p99_ms": 5.0, "cpu_per_10k_events": 0.1},
+                "go": {
+                    "delay_p50_ms": 1.0,
+                    "delay_p99_ms": 5.0,
+                    "cpu_per_10k_events": 0.1,
+                    "full_rate": True,
+                },
                 "h2ping": {"delay_p50_ms": 2.5, "delay_p99_ms": 7.5, "cpu_per_10k_events": None},
             },
             "errors": {},
@@ -91,6 +96,15 @@ def test_difference_goals(rows: dict[str, dict]) -> None:
     assert (p99["difference"], p99["status"]) == (2.5, "not met")
     assert p99["ratio"] == 1.5
     assert p99["goal"] == "<= Go + 2 ms"
+
+
+def test_streaming_rows_need_gos_full_rate() -> None:
+    results = fake_results()
+    results["sse_1000"]["peers"]["go"]["full_rate"] = False
+    rows = {row["row"]: row for row in goals.evaluate(results)}
+    p99 = rows["event delay p99 ms, 1,000 streams"]
+    assert (p99["status"], p99["h2ping"], p99["go"]) == ("n/a", 7.5, 5.0)  # figures kept
+    assert p99["why"].startswith("Go did not deliver the full rate")
 
 
 def test_goals_against_h2pings_own_figures(rows: dict[str, dict]) -> None:
