@@ -56,7 +56,7 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
     ),
     "workers": (
         "6. h2ping --workers 1 vs 2: small requests, 50 connections (h2load --h1 /tiny)  "
-        "[scaling: req/s over 1 worker's, target >= 1.70; x go: req/s over Go's; "
+        "[scaling: req/s over 1 worker's (its goal: see the goals table); x go: req/s over Go's; "
         "CPU x go: CPU us/req over Go's]\n"
         "   pinning: {pinning}",
         [

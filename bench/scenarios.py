@@ -222,7 +222,6 @@ def workers(bench: Bench) -> dict[str, Any]:
         "path": "/tiny",
         "pinning": pinning,
         "h2ping_loop_lag_interval": LAG_INTERVAL,
-        "scaling_target": 1.7,
     }
     figures, errors = _each_peer(bench, "workers", names, run, start=start)
     one = figures.get("h2ping-w1", {}).get("req_per_s")

@@ -13,57 +13,40 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import goals
 
 
-def fake_results() -> dict:
+def scenario(errors: dict[str, str] | None = None, **peers: dict) -> dict:
+    """One scenario's results as run.py keeps them: figures per peer, errors per peer."""
     return {
-        "small_50": {
-            "peers": {"go": {"req_per_s": 10_000}, "h2ping": {"req_per_s": 10_500}},
-            "errors": {},
-        },
-        "latency_1": {
-            "peers": {
-                "go": {"mean_us": 200.0, "cpu_us_per_req": 100.0},
-                "h2ping": {"mean_us": 300.0, "cpu_us_per_req": 130.0},
-            },
-            "errors": {},
-        },
-        "sse_1000": {
-            "peers": {
-                "go": {
-                    "delay_p50_ms": 1.0,
-                    "delay_p99_ms": 5.0,
-                    "cpu_per_10k_events": 0.1,
-                    "full_rate": True,
-                },
-                "h2ping": {"delay_p50_ms": 2.5, "delay_p99_ms": 7.5, "cpu_per_10k_events": None},
-            },
-            "errors": {},
-        },
-        "transfer_16m": {
-            "peers": {"h2ping": {"download_mb_per_s": 500, "upload_mb_per_s": 400}},
-            "errors": {"go": "bad 16 MiB transfer: {...}\nmore"},
-        },
-        "small_during_download": {
-            "peers": {
-                "go": {"idle_p50_ms": 0.3, "loaded_p50_ms": 0.9},
-                "h2ping": {"idle_p50_ms": 0.5, "loaded_p50_ms": 0.9},
-            },
-            "errors": {},
-        },
-        "inflight": {
-            "peers": {
-                "go": {"rss_per_request_kib": 40.0},
-                "h2ping": {"rss_per_request_kib": 4.0},
-            },
-            "errors": {},
-        },
-        "workers": {
-            "peers": {
-                "go": {"req_per_s": 16_000},
-                "h2ping-w1": {"req_per_s": 15_000},
-                "h2ping-w2": {"req_per_s": 27_000},
-            },
-            "errors": {},
-        },
+        "peers": {name.replace("_", "-"): figures for name, figures in peers.items()},
+        "errors": errors or {},
+    }
+
+
+def fake_results() -> dict:
+    sse_go = {"delay_p50_ms": 1.0, "delay_p99_ms": 5.0, "cpu_per_10k_events": 0.1}
+    return {
+        "small_50": scenario(go={"req_per_s": 10_000}, h2ping={"req_per_s": 10_500}),
+        "latency_1": scenario(
+            go={"mean_us": 200.0, "cpu_us_per_req": 100.0},
+            h2ping={"mean_us": 300.0, "cpu_us_per_req": 130.0},
+        ),
+        "sse_1000": scenario(
+            go={**sse_go, "full_rate": True},
+            h2ping={"delay_p50_ms": 2.5, "delay_p99_ms": 7.5, "cpu_per_10k_events": None},
+        ),
+        "transfer_16m": scenario(
+            {"go": "bad 16 MiB transfer: {...}\nmore"},
+            h2ping={"download_mb_per_s": 500, "upload_mb_per_s": 400},
+        ),
+        "small_during_download": scenario(
+            go={"idle_p50_ms": 0.3, "loaded_p50_ms": 0.9},
+            h2ping={"idle_p50_ms": 0.5, "loaded_p50_ms": 0.9},
+        ),
+        "inflight": scenario(go={"rss_per_request_kib": 40.0}, h2ping={"rss_per_request_kib": 4.0}),
+        "workers": scenario(
+            go={"req_per_s": 16_000},
+            h2ping_w1={"req_per_s": 15_000},
+            h2ping_w2={"req_per_s": 27_000},
+        ),
     }
 
 
