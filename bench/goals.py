@@ -36,9 +36,8 @@ class Goal:
     base_metric: str | None = None  # the base's key, when not ``metric``
     difference: bool = False  # compare peer - base (else peer / base)
     unit: str = ""  # of a difference goal's threshold
-    # (peer, key): unless that figure is true, the row compares nothing (n/a, why).
-    requires: tuple[str, str] | None = None
-    requires_why: str = ""
+    # (peer, key, why): unless that figure is true the row compares nothing: n/a, why.
+    requires: tuple[str, str, str] | None = None
 
     def goal_text(self) -> str:
         base = "Go" if self.base == "go" and self.base_metric is None else self.base_label()
@@ -52,10 +51,11 @@ class Goal:
 
 MS = "{:.2f}"
 # A streaming row where Go missed the full rate says more about the load generator.
-GO_FULL_RATE = {
-    "requires": ("go", "full_rate"),
-    "requires_why": "Go did not deliver the full rate: the load generator (or Go) was the limit",
-}
+GO_FULL_RATE = (
+    "go",
+    "full_rate",
+    "Go did not deliver the full rate: the load generator (or Go) was the limit",
+)
 GOALS: list[Goal] = [
     Goal("small GETs, 50 conns, req/s", "small_50", "req_per_s", ">=", 1.0, "{:,.0f}"),
     Goal("mean latency, 1 conn, us", "latency_1", "mean_us", "<=", 1.3, "{:,.0f}"),
@@ -68,7 +68,7 @@ GOALS: list[Goal] = [
             "<=",
             1.0,
             "{:.3f}",
-            **GO_FULL_RATE,
+            requires=GO_FULL_RATE,
         )
         for streams, scenario in (("500", "sse_500"), ("1,000", "sse_1000"))
     ),
@@ -82,7 +82,7 @@ GOALS: list[Goal] = [
             MS,
             difference=True,
             unit="ms",
-            **GO_FULL_RATE,
+            requires=GO_FULL_RATE,
         )
         for q in ("p50", "p99")
     ),
@@ -119,16 +119,12 @@ def _judge(goal: Goal, result: dict[str, Any] | None) -> dict[str, Any]:
     mine = _figure(peers, goal.peer, goal.metric)
     base = _figure(peers, goal.base, goal.base_metric or goal.metric)
     row.update(h2ping=mine, go=_figure(peers, "go", goal.metric), base=base)
-    missing = [
-        (name, metric)
-        for name, metric, value in (
-            (goal.peer, goal.metric, mine),
-            (goal.base, goal.base_metric or goal.metric, base),
+    if mine is None or base is None:
+        name, metric = (
+            (goal.peer, goal.metric)
+            if mine is None
+            else (goal.base, goal.base_metric or goal.metric)
         )
-        if value is None
-    ]
-    if missing:
-        name, metric = missing[0]
         if name in errors:
             why = f"{name} failed: {errors[name].splitlines()[0]}"
         elif name not in peers:
@@ -137,9 +133,9 @@ def _judge(goal: Goal, result: dict[str, Any] | None) -> dict[str, Any]:
             why = f"no {metric} for {name}"
         return {**row, "status": "n/a", "why": why}
     if goal.requires is not None:
-        name, key = goal.requires
+        name, key, why = goal.requires
         if not peers.get(name, {}).get(key):
-            return {**row, "status": "n/a", "why": goal.requires_why or f"{name}: no {key}"}
+            return {**row, "status": "n/a", "why": why}
     row["ratio"] = mine / base if base else None
     if goal.difference:
         row["difference"] = compared = mine - base
