@@ -86,6 +86,7 @@ COLUMNS["small_during_download"] = (
         ("failed", lambda f: f["failed"], "{}"),
         ("downloads", lambda f: f["downloads"], "{}"),
         ("MB/s", lambda f: f["download_mb_per_s"], "{:,.0f}"),
+        ("proxy core", lambda f: f["proxy_cpu_share"], "{:.0%}"),
         ("upstream conns", lambda f: f["upstream_connections"], "{}"),
         ("opened", lambda f: f.get("connections_opened"), "{}"),  # h2ping's summary
         *LAG_COLUMNS,

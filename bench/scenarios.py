@@ -22,7 +22,7 @@ from load import LOAD_CPU, curl_transfer, h2load, latency_from_log, log_requests
 from measure import percentiles
 from origin import BIG_SIZE, HUGE_SIZE, Origin
 from peers import LAG_INTERVAL, Peer, start_peer, stop_peer
-from procs import BenchError, Procs, tcp_connections_to, tree_rss_kib
+from procs import BenchError, Procs, tcp_connections_to, tree_cpu_clock, tree_rss_kib
 
 BENCH_DIR = Path(__file__).resolve().parent
 MB = 1_000_000
@@ -373,15 +373,21 @@ def _small_during_one(bench: Bench, peer: Peer, idle_s: float, loaded_s: float) 
     downloads_done = threading.Event()
     started = time.time()
     loaded_end = started + idle_s + loaded_s
+    pid = _pid(peer)
+    cpu: list[tuple[float, float]] = []  # (wall, proxy CPU s) as the downloads start, end
 
     def download_loop() -> None:
         try:
             time.sleep(idle_s)
+            if pid is not None:
+                cpu.append((time.monotonic(), tree_cpu_clock(pid)))
             while time.time() < loaded_end:
                 down = curl_transfer(peer.url + "/200m", upload=None, ca_file=None, nice=CURL_NICE)
                 end = time.time()
                 _check_transfer(down, lambda r: r["bytes"] == HUGE_SIZE)
                 windows.append((end - down["seconds"] + down["first_byte_s"], end))
+            if pid is not None:
+                cpu.append((time.monotonic(), tree_cpu_clock(pid)))
         finally:
             downloads_done.set()
 
@@ -392,10 +398,8 @@ def _small_during_one(bench: Bench, peer: Peer, idle_s: float, loaded_s: float) 
         downloads = pool.submit(download_loop)
         connections = 0
         while not downloads_done.wait(0.25):
-            if peer.proc is not None and time.time() > started + idle_s:
-                connections = max(
-                    connections, tcp_connections_to(peer.proc.pid, bench.origin.tls_port)
-                )
+            if pid is not None and time.time() > started + idle_s:
+                connections = max(connections, tcp_connections_to(pid, bench.origin.tls_port))
         summary, _ = small.result(), downloads.result()
     requests = log_requests(log_file)
     if not windows:
@@ -422,7 +426,11 @@ def _small_during_one(bench: Bench, peer: Peer, idle_s: float, loaded_s: float) 
         "failed": summary.get("requests_failed", 0) + summary.get("requests_errored", 0),
         "downloads": len(windows),
         "download_mb_per_s": HUGE_SIZE / statistics.median(seconds) / MB,
-        "upstream_connections": connections if peer.proc is not None else None,
+        "upstream_connections": connections if pid is not None else None,
+        # The proxy's CPU over the downloads' wall time: how busy its core was.
+        "proxy_cpu_share": (cpu[1][1] - cpu[0][1]) / (cpu[1][0] - cpu[0][0])
+        if len(cpu) == 2
+        else None,
     }
 
 
