@@ -126,7 +126,8 @@ def _judge(goal: Goal, result: dict[str, Any] | None) -> dict[str, Any]:
             else (goal.base, goal.base_metric or goal.metric)
         )
         if name in errors:
-            why = f"{name} failed: {errors[name].splitlines()[0]}"
+            error = errors[name].splitlines()[0]
+            why = f"{name}: {error}" if error.startswith("skipped") else f"{name} failed: {error}"
         elif name not in peers:
             why = f"{name} not run in {goal.scenario}"
         else:

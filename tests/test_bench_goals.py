@@ -109,6 +109,10 @@ def test_not_applicable_says_why(rows: dict[str, dict]) -> None:
     assert rows["CPU s/10k events, 1,000 streams"]["why"] == "no cpu_per_10k_events for h2ping"
     assert rows["16 MiB download MB/s"]["why"] == "go failed: bad 16 MiB transfer: {...}"
     results = fake_results()
+    results["inflight"] = scenario({"h2ping": "skipped: 10000 in flight needs ..."})
+    (row,) = [g for g in goals.evaluate(results) if g["scenario"] == "inflight"]
+    assert row["why"] == "h2ping: skipped: 10000 in flight needs ..."
+    results = fake_results()
     del results["small_50"]["peers"]["go"]
     (row,) = goals.evaluate(results, goals.GOALS[:1])
     assert (row["status"], row["why"]) == ("n/a", "go not run in small_50")
