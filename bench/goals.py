@@ -54,7 +54,7 @@ MS = "{:.2f}"
 GO_FULL_RATE = (
     "go",
     "full_rate",
-    "Go did not deliver the full rate: the load generator (or Go) was the limit",
+    "Go missed the full rate: the load generator (or Go) was the limit",
 )
 GOALS: list[Goal] = [
     Goal("small GETs, 50 conns, req/s", "small_50", "req_per_s", ">=", 1.0, "{:,.0f}"),
@@ -133,17 +133,16 @@ def _judge(goal: Goal, result: dict[str, Any] | None) -> dict[str, Any]:
         else:
             why = f"no {metric} for {name}"
         return {**row, "status": "n/a", "why": why}
+    row["ratio"] = mine / base if base else None
+    if goal.difference:
+        row["difference"] = mine - base
+    compared = row.get("difference", row["ratio"])
     if goal.requires is not None:
         name, key, why = goal.requires
         if not peers.get(name, {}).get(key):
-            return {**row, "status": "n/a", "why": why}
-    row["ratio"] = mine / base if base else None
-    if goal.difference:
-        row["difference"] = compared = mine - base
-    elif row["ratio"] is None:
+            return {**row, "status": "n/a", "why": why}  # the figures shown all the same
+    if compared is None:
         return {**row, "status": "n/a", "why": f"{goal.base}'s {goal.metric} is 0"}
-    else:
-        compared = row["ratio"]
     row["status"] = "met" if COMPARE[goal.op](compared, goal.threshold) else "not met"
     return row
 
@@ -181,7 +180,7 @@ def render(rows: list[dict[str, Any]], goals: list[Goal] = GOALS) -> str:
     met = sum(row["status"] == "met" for row in rows)
     judged = sum(row["status"] != "n/a" for row in rows)
     title = f"goals: {met} of {judged} judged met ({len(rows) - judged} n/a)"
-    return title + "\n" + table(headers, cells)
+    return title + "\n" + table(headers, cells, left=frozenset({4, 5}))  # goal, met
 
 
 def _fmt(fmt: str, value: float | None) -> str:

@@ -183,12 +183,16 @@ def _cell(getter: Getter, fmt: str, figures: dict[str, Any]) -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
-def table(headers: list[str], rows: list[list[str]]) -> str:
+def table(headers: list[str], rows: list[list[str]], left: frozenset[int] = frozenset()) -> str:
+    """Columns padded to one width; the first and those in ``left`` flush left, the
+    rest (figures) flush right."""
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
 
     def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = [cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True)]
-        return "  " + "  ".join([first, *rest])
+        padded = [
+            cell.ljust(width) if i == 0 or i in left else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  " + "  ".join(padded).rstrip()
 
     return "\n".join([line(headers), *(line(r) for r in rows)])
