@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # bench/ is a folder of scripts, not a package: its modules import each other by name.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+sys.path.append(str(Path(__file__).resolve().parent.parent / "bench"))
 
 import goals
 
