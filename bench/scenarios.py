@@ -321,7 +321,7 @@ def _uploaded_whole(body: str) -> bool:
 
 def _check_transfer(result: dict[str, Any], body_ok: Callable[[dict[str, Any]], bool]) -> None:
     if result["status"] != 200 or not body_ok(result):
-        raise BenchError(f"bad 16 MiB transfer: {result}")
+        raise BenchError(f"bad transfer: {result}")
 
 
 # 8. small requests while a 200 MiB download runs through the same proxy -------------------

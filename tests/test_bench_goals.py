@@ -34,7 +34,7 @@ def fake_results() -> dict:
             h2ping={"delay_p50_ms": 2.5, "delay_p99_ms": 7.5, "cpu_per_10k_events": None},
         ),
         "transfer_16m": scenario(
-            {"go": "bad 16 MiB transfer: {...}\nmore"},
+            {"go": "bad transfer: {...}\nmore"},
             h2ping={"download_mb_per_s": 500, "upload_mb_per_s": 400},
         ),
         "small_during_download": scenario(
@@ -109,7 +109,7 @@ def test_not_applicable_says_why(rows: dict[str, dict]) -> None:
         "why": "sse_500 not run",
     }
     assert rows["CPU s/10k events, 1,000 streams"]["why"] == "no cpu_per_10k_events for h2ping"
-    assert rows["16 MiB download MB/s"]["why"] == "go failed: bad 16 MiB transfer: {...}"
+    assert rows["16 MiB download MB/s"]["why"] == "go failed: bad transfer: {...}"
     results = fake_results()
     results["inflight"] = scenario({"h2ping": "skipped: 10000 in flight needs ..."})
     (row,) = [g for g in goals.evaluate(results) if g["scenario"] == "inflight"]
