@@ -149,15 +149,22 @@ def h2load(
     return result
 
 
-def latency_from_log(log_file: Path) -> dict[str, Any]:
-    """Mean and percentiles from h2load's per-request log (3rd column: microseconds)."""
-    times, bad = [], 0
+def log_requests(log_file: Path) -> list[tuple[float, int, float]]:
+    """h2load's per-request log: (start, epoch seconds; status; duration, us) each."""
+    requests = []
     for line in log_file.read_text().splitlines():
         fields = line.split("\t")
         if len(fields) < 3:
             continue
-        times.append(float(fields[2]))
-        bad += not fields[1].startswith("2")
+        requests.append((int(fields[0]) / 1e6, int(fields[1]), float(fields[2])))
+    return requests
+
+
+def latency_from_log(log_file: Path) -> dict[str, Any]:
+    """Mean and percentiles from h2load's per-request log (3rd column: microseconds)."""
+    requests = log_requests(log_file)
+    times = [duration for _, _, duration in requests]
+    bad = sum(not 200 <= status < 300 for _, status, _ in requests)
     if not times:
         raise BenchError(f"empty h2load log {log_file}")
     p50, p90, p99 = percentiles(times, 50, 90, 99)
@@ -172,11 +179,16 @@ def latency_from_log(log_file: Path) -> dict[str, Any]:
     }
 
 
-def curl_transfer(url: str, *, upload: Path | None, ca_file: Path | None) -> dict[str, Any]:
-    """One 16 MiB transfer on a fresh connection; returns size, seconds and body check."""
-    fmt = "%{http_code} %{size_download} %{size_upload} %{time_total}"
+def curl_transfer(
+    url: str, *, upload: Path | None, ca_file: Path | None, nice: int = 0
+) -> dict[str, Any]:
+    """One large transfer on a fresh connection; returns size, seconds (and to the
+    first byte) and the start of the body, to check it. ``nice`` lowers curl's priority
+    (``nice -n``) where it shares its core with a client whose latency is measured."""
+    fmt = "%{http_code} %{size_download} %{size_upload} %{time_total} %{time_starttransfer}"
     # Downloads are discarded; an upload's small answer is kept to check it.
-    argv = ["curl", "-sS", "-o", "-" if upload else "/dev/null", "-w", "\n" + fmt]
+    argv = ["nice", "-n", str(nice)] if nice else []
+    argv += ["curl", "-sS", "-o", "-" if upload else "/dev/null", "-w", "\n" + fmt]
     if ca_file is not None:
         argv += ["--http2", "--cacert", str(ca_file)]
     if upload is not None:
@@ -185,6 +197,12 @@ def curl_transfer(url: str, *, upload: Path | None, ca_file: Path | None) -> dic
         argv += ["-H", "Content-Type: application/octet-stream"]
     out = _run([*argv, url], timeout=300)
     body, _, stats = out.rpartition("\n")
-    code, down, up, total = stats.split()
+    code, down, up, total, first_byte = stats.split()
     size = int(up) if upload is not None else int(down)
-    return {"status": int(code), "bytes": size, "seconds": float(total), "body": body[:80]}
+    return {
+        "status": int(code),
+        "bytes": size,
+        "seconds": float(total),
+        "first_byte_s": float(first_byte),
+        "body": body[:80],
+    }

@@ -197,6 +197,28 @@ def tree_cpu_clock(pid: int) -> float:
     return total
 
 
+def tcp_connections_to(pid: int, port: int) -> int:
+    """Established TCP connections (IPv4) that pid and its descendants hold to ``port``:
+    a proxy's upstream connections, whatever the proxy logs about them."""
+    sockets, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError):  # vanished
+            for fd in os.listdir(f"/proc/{current}/fd"):
+                with contextlib.suppress(OSError):  # closed meanwhile
+                    link = os.readlink(f"/proc/{current}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        sockets.add(link[8:-1])
+            todo.extend(_children(current))
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        # sl local_address rem_address st ... inode (the 10th field); 01 = ESTABLISHED
+        fields = line.split()
+        remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+        count += fields[3] == "01" and remote_port == port and fields[9] in sockets
+    return count
+
+
 def _process_cpu_clock(pid: int) -> int:
     # clock_getcpuclockid(pid), which Python does not wrap, as Linux encodes it:
     # MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED).

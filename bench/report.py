@@ -56,7 +56,7 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
     ),
     "workers": (
         "6. h2ping --workers 1 vs 2: small requests, 50 connections (h2load --h1 /tiny)  "
-        "[scaling: req/s over 1 worker's, target >= 1.70; x go: req/s over Go's; "
+        "[scaling: req/s over 1 worker's (its goal: see the goals table); x go: req/s over Go's; "
         "CPU x go: CPU us/req over Go's]\n"
         "   pinning: {pinning}",
         [
@@ -72,9 +72,30 @@ COLUMNS: dict[str, tuple[str, list[tuple[str, Getter, str]], list[str]]] = {
         [],  # the scaling column is the comparison; no h2ping/peer ratio
     ),
 }
+COLUMNS["small_during_download"] = (
+    "8. small requests (h2load --h1 -c 1 /tiny), idle, then while 200 MiB downloads (curl) "
+    "run back to back through the same proxy, latency in ms  "
+    "[loaded/idle: median while loaded over idle median; ratio > 1: h2ping slower]",
+    [
+        ("idle p50", lambda f: f["idle_p50_ms"], "{:.2f}"),
+        ("loaded p50", lambda f: f["loaded_p50_ms"], "{:.2f}"),
+        ("loaded/idle", lambda f: f["loaded_over_idle"], "{:.2f}x"),
+        ("idle p99", lambda f: f["idle_p99_ms"], "{:.2f}"),
+        ("loaded p99", lambda f: f["loaded_p99_ms"], "{:.2f}"),
+        ("requests", lambda f: f"{f['idle_requests']}/{f['loaded_requests']}", "{}"),
+        ("failed", lambda f: f["failed"], "{}"),
+        ("downloads", lambda f: f["downloads"], "{}"),
+        ("MB/s", lambda f: f["download_mb_per_s"], "{:,.0f}"),
+        ("proxy core", lambda f: f["proxy_cpu_share"], "{:.0%}"),
+        ("upstream conns", lambda f: f["upstream_connections"], "{}"),
+        ("opened", lambda f: f.get("connections_opened"), "{}"),  # h2ping's summary
+        *LAG_COLUMNS,
+    ],
+    ["loaded_p50_ms"],
+)
 COLUMNS["sse"] = (
     "7. streamed responses: {streams:,} SSE streams, {bytes} B every {interval_ms} ms "
-    "(asks {asked_per_s:,} events/s), {seconds:g} s window  "
+    "(asks {asked_per_s:,} events/s), {seconds:g} s window, origin writes {origin_writes}  "
     "[ratio > 1: h2ping uses more CPU / is later / delivers more]",
     [
         ("open", lambda f: f"{f['heads']}/{f['streams']}", "{}"),
@@ -87,6 +108,10 @@ COLUMNS["sse"] = (
         ("CPU s/10k ev", lambda f: f["cpu_per_10k_events"], "{:.3f}"),
         ("proxy core", lambda f: f["proxy_cpu_share"], "{:.0%}"),
         ("load core", lambda f: f["load_core_share"], "{:.0%}"),
+        # Events per origin write (whole run) and per client read (window): how batched
+        # they reach the proxy and leave it.
+        ("ev/write", lambda f: f["origin"]["events_per_write"], "{:.1f}"),
+        ("ev/read", lambda f: f["events_per_read"], "{:.2f}"),
         *LAG_COLUMNS,
     ],
     ["cpu_per_10k_events", "delay_p99_ms", "events_per_s"],
@@ -139,7 +164,7 @@ def render(name: str, result: dict[str, Any]) -> str:
             ratio = result.get("ratios", {}).get(metric, {}).get(peer)
             cells.append("-" if ratio is None else f"{ratio:.2f}")
         rows.append(cells)
-    lines = [title, _table(headers, rows)]
+    lines = [title, table(headers, rows)]
     lines += [f"  {peer}: ERROR {msg.splitlines()[0]}" for peer, msg in result["errors"].items()]
     lines += [f"  {note}" for note in result.get("notes", [])]
     return "\n".join(lines)
@@ -158,12 +183,16 @@ def _cell(getter: Getter, fmt: str, figures: dict[str, Any]) -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
+def table(headers: list[str], rows: list[list[str]], left: frozenset[int] = frozenset()) -> str:
+    """Columns padded to one width; the first and those in ``left`` flush left, the
+    rest (figures) flush right."""
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
 
     def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        rest = [cell.rjust(width) for cell, width in zip(cells[1:], widths[1:], strict=True)]
-        return "  " + "  ".join([first, *rest])
+        padded = [
+            cell.ljust(width) if i == 0 or i in left else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  " + "  ".join(padded).rstrip()
 
     return "\n".join([line(headers), *(line(r) for r in rows)])

@@ -22,18 +22,28 @@ import time
 from pathlib import Path
 from typing import Any
 
-from measure import cpu_model  # these two stdlib only, unlike the other bench modules
+import goals  # these three stdlib only, unlike the other bench modules
+from measure import cpu_model
 from procs import find_tool, write_results
 
 BENCH_DIR = Path(__file__).resolve().parent
 SSE_SCENARIOS = ("sse_500", "sse_1000", "sse_2000")
-DEFAULT_SCENARIOS = ("small_50", "latency_1", "transfer_16m", "inflight", *SSE_SCENARIOS, "workers")
+DEFAULT_SCENARIOS = (
+    "small_50",
+    "latency_1",
+    "transfer_16m",
+    "small_during_download",
+    "inflight",
+    *SSE_SCENARIOS,
+    "workers",
+)
 ALL_SCENARIOS = (*DEFAULT_SCENARIOS, "inflight50k")
 # Aliases accepted by --scenarios, each standing for one or more scenarios.
 ALIASES = {
     "small": ("small_50",),
     "latency": ("latency_1",),
     "transfer": ("transfer_16m",),
+    "during": ("small_during_download",),
     "sse": SSE_SCENARIOS,
     "streaming": SSE_SCENARIOS,
 }
@@ -159,6 +169,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--inflight-seconds", type=int, help="override T of the same")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "latest.json")
     parser.add_argument("--keep-tmp", action="store_true", help="keep configs and process logs")
+    parser.add_argument(
+        "--sse-batched",
+        action="store_true",
+        help="the streaming origin writes once per loop iteration, not once per event",
+    )
     args = parser.parse_args(argv)
     names = [
         name
@@ -197,7 +212,7 @@ def run_scenarios(
             elif name == "inflight50k":
                 result = scenarios.inflight(bench, 50_000, seconds)
             elif name in streaming.CASES:
-                result = streaming.sse(bench, name)
+                result = streaming.sse(bench, name, flush_each=not args.sse_batched)
             else:
                 result = getattr(scenarios, name)(bench)
             result["wall_seconds"] = round(time.monotonic() - started, 1)
@@ -249,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
     doc["wall_seconds"] = round(time.monotonic() - started, 1)
     doc["loadavg_end"] = _loadavg()
+    doc["goals"] = goals.evaluate(doc["scenarios"])
     print_summary(doc)
     write_results(doc, args.out)
     return code
@@ -280,6 +296,8 @@ def print_summary(doc: dict[str, Any]) -> None:
             if record["log_problem_count"] > len(shown):
                 more = record["log_problem_count"] - len(shown)
                 print(f"{peer} log ({record['scenario']}): {more} more warning/error lines")
+    # Last, so that it is what a run leaves on the screen.
+    print("\n" + goals.render(doc["goals"]))
 
 
 if __name__ == "__main__":

@@ -10,16 +10,19 @@ import os
 import resource
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from load import LOAD_CPU, curl_transfer, h2load, latency_from_log
-from origin import BIG_SIZE, Origin
+from load import LOAD_CPU, curl_transfer, h2load, latency_from_log, log_requests
+from measure import percentiles
+from origin import BIG_SIZE, HUGE_SIZE, Origin
 from peers import LAG_INTERVAL, Peer, start_peer, stop_peer
-from procs import BenchError, Procs, tree_rss_kib
+from procs import BenchError, Procs, tcp_connections_to, tree_cpu_clock, tree_rss_kib
 
 BENCH_DIR = Path(__file__).resolve().parent
 MB = 1_000_000
@@ -219,7 +222,6 @@ def workers(bench: Bench) -> dict[str, Any]:
         "path": "/tiny",
         "pinning": pinning,
         "h2ping_loop_lag_interval": LAG_INTERVAL,
-        "scaling_target": 1.7,
     }
     figures, errors = _each_peer(bench, "workers", names, run, start=start)
     one = figures.get("h2ping-w1", {}).get("req_per_s")
@@ -319,7 +321,117 @@ def _uploaded_whole(body: str) -> bool:
 
 def _check_transfer(result: dict[str, Any], body_ok: Callable[[dict[str, Any]], bool]) -> None:
     if result["status"] != 200 or not body_ok(result):
-        raise BenchError(f"bad 16 MiB transfer: {result}")
+        raise BenchError(f"bad transfer: {result}")
+
+
+# 8. small requests while a 200 MiB download runs through the same proxy -------------------
+
+DURING_PEERS = ("direct-h1", "go", "h2ping")
+CURL_NICE = 10  # curl shares core 1 with h2load: h2load's wake-ups go first
+
+
+def small_during_download(bench: Bench) -> dict[str, Any]:
+    """``h2load --h1 -c 1`` on /tiny for idle_s, then on for loaded_s while curl
+    downloads /200m through the same proxy back to back. The proxy carries both on one
+    upstream connection (counted from /proc while the downloads run), so the small
+    responses share it with a transfer at full speed."""
+    idle_s, loaded_s = (2.0, 3.0) if bench.quick else (4.0, 8.0)
+    names = [name for name in bench.peers if name in DURING_PEERS]
+    # The first read of the file is slower (page cache, nginx's buffers): not a peer's.
+    curl_transfer(f"http://127.0.0.1:{bench.origin.h1_port}/200m", upload=None, ca_file=None)
+
+    def run(bench: Bench, peer: Peer) -> dict[str, Any]:
+        return _small_during_one(bench, peer, idle_s, loaded_s)
+
+    figures, errors = _each_peer(bench, "small_during_download", names, run)
+    notes = []
+    for name, peer_figures in figures.items():
+        opened = peer_figures.get("proxy_summary", {}).get("connections_opened")
+        if opened is not None:
+            peer_figures["connections_opened"] = int(opened)
+        conns = peer_figures.get("upstream_connections")
+        if (conns is not None and conns != 1) or peer_figures.get("connections_opened", 1) != 1:
+            notes.append(
+                f"{name}: {conns} upstream connections during the downloads, "
+                f"{opened or '?'} opened: the small requests did not share the download's"
+            )
+    params = {
+        "idle_s": idle_s,
+        "loaded_s": loaded_s,
+        "small": "h2load --h1 -c 1 /tiny",
+        "download": f"curl /200m ({HUGE_SIZE} bytes), back to back, nice {CURL_NICE}",
+        "statistic": "median of the requests that started and ended inside a download",
+    }
+    return {"params": params, "peers": figures, "errors": errors, "notes": notes}
+
+
+def _small_during_one(bench: Bench, peer: Peer, idle_s: float, loaded_s: float) -> dict[str, Any]:
+    small_url = peer.url + "/tiny"
+    h2load(small_url, h1=True, clients=1, requests=200)  # warm: upstream connection, caches
+    log_file = bench.tmp / f"during-{peer.name}.tsv"
+    windows: list[tuple[float, float]] = []  # (first byte, end) of each download, epoch s
+    downloads_done = threading.Event()
+    started = time.time()
+    loaded_end = started + idle_s + loaded_s
+    pid = _pid(peer)
+    cpu: list[tuple[float, float]] = []  # (wall, proxy CPU s) as the downloads start, end
+
+    def download_loop() -> None:
+        try:
+            time.sleep(idle_s)
+            if pid is not None:
+                cpu.append((time.monotonic(), tree_cpu_clock(pid)))
+            while time.time() < loaded_end:
+                down = curl_transfer(peer.url + "/200m", upload=None, ca_file=None, nice=CURL_NICE)
+                end = time.time()
+                _check_transfer(down, lambda r: r["bytes"] == HUGE_SIZE)
+                windows.append((end - down["seconds"] + down["first_byte_s"], end))
+            if pid is not None:
+                cpu.append((time.monotonic(), tree_cpu_clock(pid)))
+        finally:
+            downloads_done.set()
+
+    with ThreadPoolExecutor(2) as pool:
+        small = pool.submit(
+            h2load, small_url, h1=True, clients=1, duration=idle_s + loaded_s, log_file=log_file
+        )
+        downloads = pool.submit(download_loop)
+        connections = 0
+        while not downloads_done.wait(0.25):
+            if pid is not None and time.time() > started + idle_s:
+                connections = max(connections, tcp_connections_to(pid, bench.origin.tls_port))
+        summary, _ = small.result(), downloads.result()
+    requests = log_requests(log_file)
+    if not windows:
+        raise BenchError("no 200 MiB download finished")
+    idle = [us for at, _, us in requests if at + us / 1e6 < windows[0][0] and at >= started]
+    loaded = [
+        us
+        for at, _, us in requests
+        if any(start <= at and at + us / 1e6 <= end for start, end in windows)
+    ]
+    if not idle or not loaded:
+        raise BenchError(f"too few small requests: {len(idle)} idle, {len(loaded)} loaded")
+    idle_p50, idle_p99 = (v / 1000 for v in percentiles(idle, 50, 99))
+    loaded_p50, loaded_p99 = (v / 1000 for v in percentiles(loaded, 50, 99))
+    seconds = [end - start for start, end in windows]
+    return {
+        "idle_p50_ms": idle_p50,
+        "idle_p99_ms": idle_p99,
+        "loaded_p50_ms": loaded_p50,
+        "loaded_p99_ms": loaded_p99,
+        "loaded_over_idle": loaded_p50 / idle_p50,
+        "idle_requests": len(idle),
+        "loaded_requests": len(loaded),
+        "failed": summary.get("requests_failed", 0) + summary.get("requests_errored", 0),
+        "downloads": len(windows),
+        "download_mb_per_s": HUGE_SIZE / statistics.median(seconds) / MB,
+        "upstream_connections": connections if pid is not None else None,
+        # The proxy's CPU over the downloads' wall time: how busy its core was.
+        "proxy_cpu_share": (cpu[1][1] - cpu[0][1]) / (cpu[1][0] - cpu[0][0])
+        if len(cpu) == 2
+        else None,
+    }
 
 
 # 4./5. N requests in flight for T seconds -------------------------------------------------

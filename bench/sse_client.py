@@ -38,6 +38,7 @@ class Window:
         self.gaps = 0  # events missing from a stream's sequence (or repeated)
         self.per_stream = [0] * streams
         self.heads = 0  # streams that have their 200 head
+        self.reads = 0  # data_received calls in the window: one per socket read
         self.all_heads = asyncio.get_running_loop().create_future()
         self.outcomes: collections.Counter[str] = collections.Counter()
 
@@ -60,6 +61,7 @@ class EventStream(asyncio.Protocol):
         self.transport.write(self.request)
 
     def data_received(self, data: bytes) -> None:
+        self.window.reads += self.window.counting
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -176,6 +178,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "delay_p99_ms": percentiles(delays, 99)[0] / 1000 if delays else None,
         "delay_max_ms": delays[-1] / 1000 if delays else None,
         "gaps": window.gaps,
+        "reads": window.reads,
+        "events_per_read": events / window.reads if window.reads else None,
         "stream_events_min": min(counts),
         "stream_events_max": max(counts),
         "cpu_s": dict(zip(args.cpu_name, cpu, strict=True)),

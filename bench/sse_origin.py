@@ -9,13 +9,17 @@ being CLOCK_MONOTONIC in microseconds when the event was written, so a client on
 same machine can tell each event's delay.
 
 It must not be what limits the proxy under test, so the hot path avoids the ``h2``
-library: frames are built and parsed here (a DATA frame is 9 bytes and the payload),
-hpack only codes the header blocks (once per stream), and each connection writes
-once per event-loop iteration. Flow control is honoured: an event that does not fit
-the windows waits in its stream's queue, keeping its send time (the wait is delay).
+library: frames are built and parsed here (a DATA frame is 9 bytes and the payload)
+and hpack only codes the header blocks (once per stream). Each event is its own DATA
+frame. By default a connection writes once per event-loop iteration, so the events
+that fall due together leave in one write (one TLS record, read by the proxy at
+once); with ``--flush-each`` every event is written on its own as it falls due, as
+an origin that flushes each event does: one TLS record per event. Flow control is
+honoured: an event that does not fit the windows waits in its stream's queue,
+keeping its send time (the wait is delay).
 
-On SIGTERM or SIGINT it prints one JSON line (streams, events sent, how late its
-timers ran) and exits.
+On SIGTERM or SIGINT it prints one JSON line (streams, events sent, writes, how late
+its timers ran) and exits.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class Stats:
     def __init__(self) -> None:
         self.streams = 0
         self.events = 0
+        self.writes = 0  # transport writes: TLS records, give or take
         self.queued_events = 0  # written later than built: the windows were closed
         self.late = [0] * (len(LATE_BUCKETS_MS) + 1)  # per tick: its most late event
         self.late_max_ms = 0.0
@@ -83,6 +88,8 @@ class Stats:
         return {
             "streams": self.streams,
             "events": self.events,
+            "writes": self.writes,
+            "events_per_write": round(self.events / self.writes, 2) if self.writes else None,
             "queued_events": self.queued_events,
             "timer_late_p99_ms_at_most": p99,
             "timer_late_max_ms": round(self.late_max_ms, 1),
@@ -104,8 +111,9 @@ class Stream:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, stats: Stats) -> None:
+    def __init__(self, stats: Stats, flush_each: bool) -> None:
         self.stats = stats
+        self.flush_each = flush_each
         self.loop = asyncio.get_running_loop()
         self.buf = bytearray()
         self.preface = False
@@ -149,6 +157,7 @@ class Connection(asyncio.Protocol):
         self.flush_pending = False
         if self.out and self.transport is not None:
             self.transport.write(bytes(self.out))
+            self.stats.writes += 1
         self.out.clear()
 
     def data_received(self, data: bytes) -> None:
@@ -317,7 +326,14 @@ class Connection(asyncio.Protocol):
             return False
         stream.window -= size
         self.conn_window -= size
-        self.write(frame(DATA, END_STREAM if last else 0, stream.id, event))
+        data = frame(DATA, END_STREAM if last else 0, stream.id, event)
+        if self.flush_each:
+            # Written now, behind whatever is queued (a new stream's HEADERS); not
+            # through write(), whose call_soon per event would cost more than the event.
+            self.out += data
+            self.flush()
+        else:
+            self.write(data)
         if last:
             self.close_stream(stream.id)
         return True
@@ -345,7 +361,11 @@ async def serve(args: argparse.Namespace) -> None:
     stats = Stats()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: Connection(stats), "127.0.0.1", args.port, ssl=context, backlog=1024
+        lambda: Connection(stats, args.flush_each),
+        "127.0.0.1",
+        args.port,
+        ssl=context,
+        backlog=1024,
     )
     stop = loop.create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -361,6 +381,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--cert", required=True, help="PEM certificate chain")
     parser.add_argument("--key", required=True, help="PEM private key")
+    parser.add_argument(
+        "--flush-each",
+        action="store_true",
+        help="write each event on its own as it falls due (default: once per loop iteration)",
+    )
     args = parser.parse_args()
     run_on_uvloop(serve(args))
     sys.exit(0)

@@ -37,7 +37,10 @@ FULL_RATE = 0.99  # delivered / asked, in the window, to count as the full rate
 STREAMING_PEERS = ("go", "nghttpx", "h2ping")
 
 
-def sse(bench: Bench, name: str) -> dict[str, Any]:
+def sse(bench: Bench, name: str, flush_each: bool = True) -> dict[str, Any]:
+    """``flush_each``: the origin writes every event on its own as it falls due (one
+    TLS record each, so the proxy reads them one by one); else once per loop iteration,
+    every event that fell due together in one record."""
     streams = CASES[name]
     warmup, seconds = (1.0, 4.0) if bench.quick else (3.0, 15.0)
     params = {
@@ -48,6 +51,7 @@ def sse(bench: Bench, name: str) -> dict[str, Any]:
         "warmup_s": warmup,
         "seconds": seconds,
         "full_rate": FULL_RATE,
+        "origin_writes": "one per event" if flush_each else "one per loop iteration",
     }
     figures: dict[str, Any] = {}
     errors: dict[str, str] = {}
@@ -56,7 +60,7 @@ def sse(bench: Bench, name: str) -> dict[str, Any]:
         origin_proc: Proc | None = None
         peer: Peer | None = None
         try:
-            origin_proc, origin = _start_origin(bench)
+            origin_proc, origin = _start_origin(bench, flush_each)
             peer = start_peer(peer_name, bench.procs, origin)
             figures[peer_name] = _run_client(bench, peer, origin_proc, params)
         except BenchError as exc:
@@ -73,9 +77,11 @@ def sse(bench: Bench, name: str) -> dict[str, Any]:
     return {"params": params, "peers": figures, "errors": errors, "notes": notes}
 
 
-def _start_origin(bench: Bench) -> tuple[Proc, Origin]:
+def _start_origin(bench: Bench, flush_each: bool) -> tuple[Proc, Origin]:
     port = free_port()
     argv = [sys.executable, str(BENCH_DIR / "sse_origin.py"), "--port", str(port)]
+    if flush_each:
+        argv.append("--flush-each")
     # The nginx origin's certificate (issued by the bench CA for 127.0.0.1).
     argv += ["--cert", str(bench.tmp / "origin-cert.pem")]
     argv += ["--key", str(bench.tmp / "origin-key.pem")]
@@ -148,7 +154,10 @@ def _compare(figures: dict[str, Any], params: dict[str, Any]) -> list[str]:
             "the load generator (or Go) was the limit, so this row compares nothing"
         )
     if mine is not None and go.get("delay_p99_ms") is not None and mine.get("delay_p99_ms"):
-        extra = mine["delay_p99_ms"] - go["delay_p99_ms"]
-        notes.append(f"h2ping p99 delay {extra:+.1f} ms over Go's (target: <= +5 ms)")
-        mine["delay_p99_over_go_ms"] = extra
+        extra = {q: mine[f"delay_{q}_ms"] - go[f"delay_{q}_ms"] for q in ("p50", "p99")}
+        notes.append(
+            f"h2ping delay over Go's: p50 {extra['p50']:+.1f} ms, p99 {extra['p99']:+.1f} ms "
+            "(the goals table judges 1,000 streams)"
+        )
+        mine["delay_p50_over_go_ms"], mine["delay_p99_over_go_ms"] = extra["p50"], extra["p99"]
     return notes
