@@ -324,3 +324,26 @@ class Config:
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
+
+
+_ORIGIN_FORM = re.compile(r"/[!-~]*", re.ASCII)
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """``h2ping check``'s own settings, beside the :class:`Config` it shares with the
+    proxy (upstream, TLS trust, timeouts, log format)."""
+
+    # GET this origin-form path (joined to the upstream's base path) once; None: no request.
+    path: str | None = None
+    pings: int = 3  # PINGs sent one after another, each timed
+    request_timeout: float = 30.0  # the -path response head must arrive within this
+
+    def __post_init__(self) -> None:
+        # Sent as the request target is: printable ASCII, no spaces.
+        if self.path is not None and not _ORIGIN_FORM.fullmatch(self.path):
+            raise ConfigError("path", "must start with / and hold no spaces or control characters")
+        if not 1 <= self.pings <= 100:
+            raise ConfigError("pings", "must be between 1 and 100")
+        if not 0 < self.request_timeout < float("inf"):  # NaN fails too
+            raise ConfigError("request-timeout", "must be a finite duration greater than 0")
