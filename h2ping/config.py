@@ -167,8 +167,12 @@ class Upstream:
     def display(self) -> str:
         """For log lines: the base path too, and the query's names but not its values,
         which may be keys."""
-        names = "&".join(part.partition("=")[0] + "=..." for part in self.query.split("&"))
-        return f"{self}{self.path}" + (f"?{names}" if self.query else "")
+        return f"{self}{self.path}" + (f"?{self.query_names}" if self.query else "")
+
+    @property
+    def query_names(self) -> str:
+        """The query with each value shown as ``...``."""
+        return "&".join(part.partition("=")[0] + "=..." for part in self.query.split("&"))
 
     # Per request the header mapping needs these as bytes: computed once.
     @cached_property

@@ -500,6 +500,7 @@ def help_text(prog: str) -> str:
     """Usage, then one line per flag under its group, defaults shown Go-style."""
     lines = [
         f"Usage: {prog} -upstream URL [flags]",
+        f"       {prog} check -upstream URL [flags]   (report on an endpoint: check -h)",
         "",
         "Forwards HTTP/1.1 requests over HTTP/2 and keeps quiet connections alive with PINGs.",
         "A drop-in for the Go binary h2-ping-sidecar: its flags, messages and exit codes.",
