@@ -167,8 +167,12 @@ class Upstream:
     def display(self) -> str:
         """For log lines: the base path too, and the query's names but not its values,
         which may be keys."""
-        names = "&".join(part.partition("=")[0] + "=..." for part in self.query.split("&"))
-        return f"{self}{self.path}" + (f"?{names}" if self.query else "")
+        return f"{self}{self.path}" + (f"?{self.query_names}" if self.query else "")
+
+    @property
+    def query_names(self) -> str:
+        """The query with each value shown as ``...``."""
+        return "&".join(part.partition("=")[0] + "=..." for part in self.query.split("&"))
 
     # Per request the header mapping needs these as bytes: computed once.
     @cached_property
@@ -324,3 +328,26 @@ class Config:
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)
+
+
+_ORIGIN_FORM = re.compile(r"/[!-~]*", re.ASCII)
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """``h2ping check``'s own settings, beside the :class:`Config` it shares with the
+    proxy (upstream, TLS trust, timeouts, log format)."""
+
+    # GET this origin-form path (joined to the upstream's base path) once; None: no request.
+    path: str | None = None
+    pings: int = 3  # PINGs sent one after another, each timed
+    request_timeout: float = 30.0  # the -path response head must arrive within this
+
+    def __post_init__(self) -> None:
+        # Sent as the request target is: printable ASCII, no spaces.
+        if self.path is not None and not _ORIGIN_FORM.fullmatch(self.path):
+            raise ConfigError("path", "must start with / and hold no spaces or control characters")
+        if not 1 <= self.pings <= 100:
+            raise ConfigError("pings", "must be between 1 and 100")
+        if not 0 < self.request_timeout < float("inf"):  # NaN fails too
+            raise ConfigError("request-timeout", "must be a finite duration greater than 0")

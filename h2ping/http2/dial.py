@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Callable
 
 from .. import errors
-from ..config import Config
+from ..config import Config, Upstream
 from ..errors import UpstreamError
 from ..sockets import set_tcp_keepalive
 from ..stats import Stats
@@ -111,27 +111,32 @@ async def connect(
     """Open a connection and wait for the peer's SETTINGS (so we know its stream limit)."""
     upstream = config.upstream
     timeout = config.connect_timeout
-    target = f"{upstream.host}:{upstream.port}"
     protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age, ping_backoff)
     try:
         async with asyncio.timeout(timeout):
             await _open(protocol, config, ssl_context)
-    except TimeoutError:
-        protocol.close("connect timeout")
-        raise UpstreamError(
-            errors.CONNECTION_TIMEOUT, f"{target} did not complete HTTP/2 setup in {timeout:g}s"
-        ) from None
-    except ssl.SSLError as exc:
-        raise describe_tls_error(exc, upstream.host, target) from None
-    except socket.gaierror as exc:
-        raise UpstreamError(errors.DNS_ERROR, f"{upstream.host}: {exc.strerror}") from None
-    except ConnectionRefusedError:
-        raise UpstreamError(errors.CONNECTION_REFUSED, f"{target} refused the connection") from None
-    except OSError as exc:
-        raise UpstreamError(
-            errors.DESTINATION_UNAVAILABLE, f"{target}: {exc.strerror or exc}"
-        ) from None
+    except OSError as exc:  # TimeoutError and ssl.SSLError among them
+        if isinstance(exc, TimeoutError):
+            protocol.close("connect timeout")
+        raise describe_connect_error(exc, upstream, timeout) from None
     return protocol
+
+
+def describe_connect_error(exc: OSError, upstream: Upstream, timeout: float) -> UpstreamError:
+    """Opening a connection to ``upstream`` (TCP, TLS, the HTTP/2 setup within
+    ``timeout``) failed with ``exc``: say why, in words."""
+    target = f"{upstream.host}:{upstream.port}"
+    if isinstance(exc, TimeoutError):
+        return UpstreamError(
+            errors.CONNECTION_TIMEOUT, f"{target} did not complete HTTP/2 setup in {timeout:g}s"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return describe_tls_error(exc, upstream.host, target)
+    if isinstance(exc, socket.gaierror):
+        return UpstreamError(errors.DNS_ERROR, f"{upstream.host}: {exc.strerror}")
+    if isinstance(exc, ConnectionRefusedError):
+        return UpstreamError(errors.CONNECTION_REFUSED, f"{target} refused the connection")
+    return UpstreamError(errors.DESTINATION_UNAVAILABLE, f"{target}: {exc.strerror or exc}")
 
 
 async def _open(

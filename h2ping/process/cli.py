@@ -1,6 +1,8 @@
 """``python -m h2ping``: flags, logging, readiness, signals and exit codes around a
 :class:`Proxy`, as the Go binary ``h2-ping-sidecar`` has them.
 
+``h2ping check ...`` reports on an endpoint instead (:mod:`h2ping.process.check`).
+
 Exit codes: 0 after a clean stop (or ``-h``/``-version``); 2 for what Go's flag
 package rejects (an unknown flag, a value it cannot parse); 1 for a value refused
 after parsing, a port that cannot be bound, a ready file that cannot be written, or
@@ -230,6 +232,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = os.path.basename(sys.argv[0]) if argv is None else "h2ping"
     if prog in ("__main__.py", "-c"):
         prog = "python -m h2ping"
+    # A bare first word ends Go's flags at once: no Go command line starts with one.
+    if args[:1] == ["check"]:
+        from .check import main as check  # only the check needs it
+
+        return check(args[1:], prog)
     try:
         command_line = parse_command_line(args)
     except HelpRequested:

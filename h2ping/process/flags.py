@@ -21,12 +21,13 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from ..config import (
     LOG_LEVELS,
     MAX_CONN_AGE_CEILING_SECONDS,
+    CheckSettings,
     Config,
     ConfigError,
     HostPort,
@@ -76,6 +77,15 @@ class VersionRequested(Exception):
 class CommandLine:
     config: Config
     notes: tuple[str, ...]  # warnings to log once logging is set up
+
+
+@dataclass(frozen=True)
+class CheckCommandLine:
+    """``h2ping check``'s command line: the proxy's settings it shares, and its own."""
+
+    config: Config
+    check: CheckSettings
+    notes: tuple[str, ...]
 
 
 def _escape(char: str) -> str:
@@ -237,6 +247,24 @@ _FLAGS: tuple[_Flag, ...] = (
 _BY_NAME = {f.name: f for f in _FLAGS}
 _KNOWN_ENV = frozenset(f.env for f in _FLAGS)
 
+#: ``h2ping check``: the proxy's flags that describe the upstream connection (also
+#: read from their H2PING_* variables), then its own (command line only).
+_CHECK_SHARED = tuple(
+    _BY_NAME[name]
+    for name in (
+        "upstream", "ca-file", "insecure-skip-verify", "connect-timeout", "ping-timeout",
+        "log-format",
+    )
+)  # fmt: skip
+_CHECK_OWN: tuple[_Flag, ...] = (
+    _Flag("path", "Check", _STRING, "path",
+          "also GET this path, after the upstream's base path", "none", check=_parse_path),
+    _Flag("pings", "Check", _parse_int, "n", "PINGs to send, one after another, each timed"),
+    _Flag("request-timeout", "Check", _DURATION, "duration",
+          "the -path response head must arrive within this"),
+)  # fmt: skip
+_CHECK_GROUPS = ("Required", "Check", "Upstream", "Liveness", "Logging")
+
 
 def _message(exc: ValueError, raw: str) -> str:
     # config.py quotes with Python repr ('abc'); show Go's "abc" instead.
@@ -257,8 +285,11 @@ def _convert(flag: _Flag, raw: str, source: str) -> _Setting:
         raise UsageError(f"{source}: {_message(exc, raw)}") from None
 
 
-def _parse_argv(argv: Sequence[str], notes: list[str]) -> dict[str, _Setting]:
-    """Go's flag.Parse loop; returns field -> setting, the last occurrence winning."""
+def _parse_argv(
+    argv: Sequence[str], notes: list[str], known: Mapping[str, _Flag]
+) -> dict[str, _Setting]:
+    """Go's flag.Parse loop over the ``known`` flags; returns field -> setting, the
+    last occurrence winning."""
     found: dict[str, _Setting] = {}
     args = list(argv)
     i = 0
@@ -270,7 +301,7 @@ def _parse_argv(argv: Sequence[str], notes: list[str]) -> dict[str, _Setting]:
             # never looks at the rest: ignored here too, but not without a word.
             rest = args[i:] if arg == "--" else args[i - 1 :]
             if rest:
-                notes.append(_ignored_arguments(rest, args[i - 2] if i >= 2 else ""))
+                notes.append(_ignored_arguments(rest, args[i - 2] if i >= 2 else "", known))
             break
         body = arg[2:] if arg.startswith("--") else arg[1:]
         if not body or body[0] in "-=":
@@ -280,7 +311,7 @@ def _parse_argv(argv: Sequence[str], notes: list[str]) -> dict[str, _Setting]:
             raise HelpRequested()
         if name == "version":
             raise VersionRequested()
-        flag = _BY_NAME.get(name)
+        flag = known.get(name)
         if flag is None:
             raise UsageError(f"flag provided but not defined: -{name}")
         if flag.is_bool:  # never takes the next argument: -insecure-skip-verify=false
@@ -294,14 +325,14 @@ def _parse_argv(argv: Sequence[str], notes: list[str]) -> dict[str, _Setting]:
     return found
 
 
-def _ignored_arguments(rest: list[str], before: str) -> str:
+def _ignored_arguments(rest: list[str], before: str, known: Mapping[str, _Flag]) -> str:
     others = len(rest) - 1
     text = f"ignoring {_quote(rest[0])}" + (
         f" and the {others} argument{'s' if others > 1 else ''} after it" if others else ""
     )
     text += ": flags end at the first argument that is not one (as in Go)"
     name = before.lstrip("-") if before.startswith("-") else ""
-    if name in _BY_NAME and _BY_NAME[name].is_bool and rest[0] in ("true", "false"):
+    if name in known and known[name].is_bool and rest[0] in ("true", "false"):
         text += f"; write -{name}={rest[0]}"
     return text
 
@@ -350,10 +381,39 @@ def parse_command_line(
     :class:`HelpRequested` or :class:`VersionRequested`. GOMEMLIMIT/GOMAXPROCS are not
     looked at here: they are not our settings.
     """
-    env = os.environ if environ is None else environ
     notes: list[str] = []
-    settings = _parse_argv(argv, notes)
-    for flag in _FLAGS:
+    settings = _gather(argv, environ, _FLAGS, _FLAGS, notes)
+    config = _build(Config, _values(_FLAGS, settings, notes), settings)
+    return CommandLine(config, tuple(notes))
+
+
+def parse_check_command_line(
+    argv: Sequence[str], environ: Mapping[str, str] | None = None
+) -> CheckCommandLine:
+    """``h2ping check``'s flags (``argv`` after ``check``): as :func:`parse_command_line`
+    for the proxy's flags it shares, which may come from ``H2PING_*`` variables too,
+    and its own, which may not."""
+    notes: list[str] = []
+    flags = (*_CHECK_SHARED, *_CHECK_OWN)
+    settings = _gather(argv, environ, flags, _CHECK_SHARED, notes)
+    values = _values(flags, settings, notes)
+    own = {flag.field for flag in _CHECK_OWN}
+    config = _build(Config, {k: v for k, v in values.items() if k not in own}, settings)
+    check = _build(CheckSettings, {k: v for k, v in values.items() if k in own}, settings)
+    return CheckCommandLine(config, check, tuple(notes))
+
+
+def _gather(
+    argv: Sequence[str],
+    environ: Mapping[str, str] | None,
+    flags: Sequence[_Flag],
+    from_env: Sequence[_Flag],
+    notes: list[str],
+) -> dict[str, _Setting]:
+    """The ``flags`` given in ``argv``, then those of ``from_env`` given only as variables."""
+    env = os.environ if environ is None else environ
+    settings = _parse_argv(argv, notes, {flag.name: flag for flag in flags})
+    for flag in from_env:
         raw = env.get(flag.env, "")
         # An empty variable counts as unset: templated deployments often export VAR="".
         if flag.field not in settings and raw != "":
@@ -365,8 +425,15 @@ def parse_command_line(
     ]
     if "upstream" not in settings:
         raise SettingError("-upstream is required")
+    return settings
+
+
+def _values(
+    flags: Sequence[_Flag], settings: dict[str, _Setting], notes: list[str]
+) -> dict[str, Any]:
+    """Field -> value of each given flag, checked after parsing (a SettingError)."""
     values: dict[str, Any] = {}
-    for flag in _FLAGS:
+    for flag in flags:
         setting = settings.get(flag.field)
         if setting is None:
             continue
@@ -376,13 +443,22 @@ def parse_command_line(
             except ValueError as exc:
                 raise SettingError(f"{setting.source}: {_message(exc, setting.raw)}") from None
         values[flag.field] = _go_meaning(flag.field, setting, notes)
+    return values
+
+
+_Built = TypeVar("_Built")
+
+
+def _build(
+    kind: Callable[..., _Built], values: dict[str, Any], settings: dict[str, _Setting]
+) -> _Built:
+    """``kind(**values)``, its ConfigError a SettingError naming the flag or variable."""
     try:
-        config = Config(**values)
+        return kind(**values)
     except ConfigError as exc:
         given = settings.get(exc.setting.replace("-", "_"))
         source = given.source if given is not None else f"-{exc.setting}"
         raise SettingError(f"{source}: {exc.reason}") from None
-    return CommandLine(config, tuple(notes))
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
@@ -393,7 +469,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
 def _default_text(flag: _Flag) -> str:
     if flag.shown_default is not None:
         return flag.shown_default
-    default = next(f for f in dataclasses.fields(Config) if f.name == flag.field)
+    fields = {f.name: f for kind in (Config, CheckSettings) for f in dataclasses.fields(kind)}
+    default = fields[flag.field]
     if default.default is not dataclasses.MISSING:
         value = default.default
     elif default.default_factory is not dataclasses.MISSING:
@@ -405,10 +482,25 @@ def _default_text(flag: _Flag) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def _flag_lines(flags: Sequence[_Flag], groups: Sequence[str]) -> tuple[list[str], int]:
+    """One line per flag under its group, defaults shown Go-style; and the column
+    where the help texts start."""
+    usages = {f.name: f"-{f.name} {f.metavar}".rstrip() for f in flags}
+    width = max(map(len, usages.values())) + 2
+    lines: list[str] = []
+    for group in groups:
+        lines += ["", f"{group}:"]
+        for flag in (f for f in flags if f.group == group):
+            default = "" if flag.group == "Required" else f" (default {_default_text(flag)})"
+            lines.append(f"  {usages[flag.name]:<{width}}{flag.help}{default}")
+    return lines, width
+
+
 def help_text(prog: str) -> str:
     """Usage, then one line per flag under its group, defaults shown Go-style."""
     lines = [
         f"Usage: {prog} -upstream URL [flags]",
+        f"       {prog} check -upstream URL [flags]   (report on an endpoint: check -h)",
         "",
         "Forwards HTTP/1.1 requests over HTTP/2 and keeps quiet connections alive with PINGs.",
         "A drop-in for the Go binary h2-ping-sidecar: its flags, messages and exit codes.",
@@ -416,13 +508,8 @@ def help_text(prog: str) -> str:
         f"Each flag can also be set as {ENV_PREFIX}<FLAG> (e.g. {ENV_PREFIX}PING_INTERVAL=30s);",
         "flags win over the environment. GOMEMLIMIT and GOMAXPROCS are accepted and ignored.",
     ]
-    usages = {f.name: f"-{f.name} {f.metavar}".rstrip() for f in _FLAGS}
-    width = max(map(len, usages.values())) + 2
-    for group in _GROUPS:
-        lines += ["", f"{group}:"]
-        for flag in (f for f in _FLAGS if f.group == group):
-            default = "" if flag.group == "Required" else f" (default {_default_text(flag)})"
-            lines.append(f"  {usages[flag.name]:<{width}}{flag.help}{default}")
+    flag_lines, width = _flag_lines(_FLAGS, _GROUPS)
+    lines += flag_lines
     lines += [
         "",
         "Other:",
@@ -435,5 +522,29 @@ def help_text(prog: str) -> str:
         "Exit codes: 0 after a clean stop or -h; 2 for a flag Go's flag package would reject",
         "(unknown, unparsable, missing value); 1 for a value refused after parsing, a port",
         "that cannot be bound, a -ready-file that cannot be written, or an internal error.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def check_help_text(prog: str) -> str:
+    """``h2ping check -h``: what it reports, its flags, its exit codes."""
+    lines = [
+        f"Usage: {prog} check -upstream URL [flags]",
+        "",
+        "Connects to the upstream as h2ping would and reports what it offers: HTTP/2 by ALPN",
+        "(or h2c for http://), the TLS version, cipher and certificate expiry, the server's",
+        "SETTINGS, PING round trips and, with -path, the status and first-byte time of a GET.",
+        "The last line is the verdict: whether h2ping can use the endpoint, and if not, why.",
+        f"The shared flags can also be set as {ENV_PREFIX}<FLAG>; flags win over the environment.",
+    ]
+    flag_lines, width = _flag_lines((*_CHECK_SHARED, *_CHECK_OWN), _CHECK_GROUPS)
+    lines += flag_lines
+    lines += [
+        "",
+        "Other:",
+        f"  {'-h, -help':<{width}}print this help and exit",
+        "",
+        "Exit codes: 0 when h2ping can use the endpoint; 1 when it cannot (the verdict says",
+        "why) or for a value refused after parsing; 2 for a flag that cannot be parsed.",
     ]
     return "\n".join(lines) + "\n"

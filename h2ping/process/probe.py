@@ -1,0 +1,261 @@
+"""What ``h2ping check`` measures: one HTTP/2 connection to the upstream
+(:mod:`h2ping.process.checkconn`), opened as h2ping opens its own (TCP, TLS with
+ALPN or h2c, the server's first SETTINGS, all within ``-connect-timeout``), then
+timed PINGs and, optionally, one GET; and what each step tells about the endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from dataclasses import dataclass, field
+
+from h2.settings import SettingCodes
+
+from .._version import __version__
+from ..config import CheckSettings, Config
+from ..forward.headers import request_headers
+from ..http2.dial import describe_connect_error
+from ..http2.tlslayer import TLSLayer
+from .checkconn import GoAway, ProbeConnection, ProbeFailed, printable
+
+#: The SETTINGS reported: the name used in JSON, and what a server that does not
+#: send one has (RFC 9113 6.5.2).
+SETTINGS: tuple[tuple[SettingCodes, str, str], ...] = (
+    (SettingCodes.MAX_CONCURRENT_STREAMS, "max_concurrent_streams", "unlimited"),
+    (SettingCodes.INITIAL_WINDOW_SIZE, "initial_window_size", "65535"),
+    (SettingCodes.MAX_FRAME_SIZE, "max_frame_size", "16384"),
+    (SettingCodes.MAX_HEADER_LIST_SIZE, "max_header_list_size", "unlimited"),
+    (SettingCodes.HEADER_TABLE_SIZE, "header_table_size", "4096"),
+)
+#: Below this many concurrent streams a server makes h2ping open more connections.
+FEW_STREAMS = 10
+#: A certificate that ends sooner than this is worth a note.
+EXPIRY_WARNING_DAYS = 30
+
+
+@dataclass
+class TLSFacts:
+    version: str
+    cipher: str
+    alpn: str | None
+    not_after: float | None  # the certificate's notAfter (epoch seconds); None: not verified
+
+
+@dataclass
+class Response:
+    path: str  # the :path sent, the values of the upstream's own query hidden
+    status: int
+    first_byte: float  # seconds from the request's HEADERS to the response's
+    server: str | None
+
+
+@dataclass
+class Findings:
+    """What the check learnt, step by step; ``problem`` is why h2ping cannot use it."""
+
+    address: str  # host:port
+    tls_used: bool
+    tcp_time: float | None = None
+    tls_time: float | None = None
+    settings_time: float | None = None
+    tls: TLSFacts | None = None
+    http2: bool = False
+    settings: dict[int, int] | None = None  # what the server sent, by setting code
+    pings_sent: int = 0
+    ping_rtts: list[float] = field(default_factory=list)
+    response: Response | None = None
+    goaway: GoAway | None = None
+    problem: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def usable(self) -> bool:
+        return self.problem is None
+
+
+# ---------------------------------------------------------------------- the steps
+
+
+async def probe(
+    config: Config, check: CheckSettings, ssl_context: ssl.SSLContext | None
+) -> Findings:
+    """Connect, read the SETTINGS, PING, then GET ``check.path`` if given; stops at the
+    first step that fails, with the reason in ``problem``."""
+    upstream = config.upstream
+    findings = Findings(f"{upstream.host}:{upstream.port}", upstream.tls)
+    conn = ProbeConnection(findings.address, config.max_response_header_bytes)
+    tcp: list[asyncio.Transport] = []  # the socket's transport, once connected
+    try:
+        await _connect(conn, config, ssl_context, findings, tcp)
+        await _ping(conn, check.pings, config.ping_timeout, findings)
+        if check.path is not None:
+            await _request(conn, config, check, findings)
+        _note_goaway_after(conn, findings)
+    except ProbeFailed as exc:
+        findings.problem = str(exc)
+    finally:
+        findings.goaway = conn.goaway
+        await _close(conn, tcp)
+    return findings
+
+
+async def _connect(
+    conn: ProbeConnection,
+    config: Config,
+    ssl_context: ssl.SSLContext | None,
+    findings: Findings,
+    tcp: list[asyncio.Transport],
+) -> None:
+    """TCP, TLS, the server's SETTINGS, within -connect-timeout, as h2ping dials."""
+    loop = asyncio.get_running_loop()
+    upstream = config.upstream
+    started = time.perf_counter()
+    try:
+        async with asyncio.timeout(config.connect_timeout):
+            if ssl_context is not None and upstream.tls:
+                layer = TLSLayer(conn, ssl_context, upstream.host)
+                transport, _ = await loop.create_connection(
+                    lambda: layer, upstream.host, upstream.port
+                )
+                tcp.append(transport)
+                findings.tcp_time = time.perf_counter() - started
+                await layer.handshake
+                findings.tls_time = time.perf_counter() - started - findings.tcp_time
+                findings.tls = _tls_facts(layer.ssl_object, ssl_context)
+                if findings.tls.alpn != "h2":
+                    raise ProbeFailed(
+                        f"{findings.address} did not negotiate HTTP/2 with ALPN"
+                        f" (got {findings.tls.alpn or 'none'}): h2ping needs h2"
+                    )
+            else:
+                transport, _ = await loop.create_connection(
+                    lambda: conn, upstream.host, upstream.port
+                )
+                tcp.append(transport)
+                findings.tcp_time = time.perf_counter() - started
+            settings_from = time.perf_counter()
+            conn.start()
+            findings.settings = await conn.settings
+            findings.settings_time = time.perf_counter() - settings_from
+    except OSError as exc:  # TimeoutError and ssl.SSLError among them
+        detail = describe_connect_error(exc, upstream, config.connect_timeout).detail
+        raise ProbeFailed(detail) from None
+    findings.http2 = True
+    _judge_settings(findings)
+
+
+def _tls_facts(tls: ssl.SSLObject, context: ssl.SSLContext) -> TLSFacts:
+    cipher = tls.cipher()
+    not_after = None
+    if context.verify_mode != ssl.CERT_NONE:  # unverified, getpeercert() has nothing
+        text = (tls.getpeercert() or {}).get("notAfter")
+        if isinstance(text, str):
+            not_after = float(ssl.cert_time_to_seconds(text))
+    return TLSFacts(
+        tls.version() or "?", cipher[0] if cipher else "?", tls.selected_alpn_protocol(), not_after
+    )
+
+
+def _judge_settings(findings: Findings) -> None:
+    settings = findings.settings or {}
+    streams = settings.get(SettingCodes.MAX_CONCURRENT_STREAMS)
+    if streams == 0:
+        raise ProbeFailed("the upstream allows no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)")
+    if streams is not None and streams < FEW_STREAMS:
+        findings.notes.append(
+            f"the upstream allows {streams} concurrent streams per connection: "
+            "h2ping opens more connections for more requests"
+        )
+    tls = findings.tls
+    if tls is not None and tls.not_after is None:
+        findings.notes.append("the certificate was not verified (-insecure-skip-verify)")
+    elif tls is not None and tls.not_after is not None:
+        days = (tls.not_after - time.time()) / 86400
+        if days < EXPIRY_WARNING_DAYS:
+            findings.notes.append(f"the certificate expires in {days:.0f} days")
+
+
+async def _ping(conn: ProbeConnection, count: int, timeout: float, findings: Findings) -> None:
+    for _ in range(count):
+        findings.pings_sent += 1
+        try:
+            findings.ping_rtts.append(await conn.ping(timeout))
+        except ProbeFailed:
+            # PINGs back to back are what such a policy punishes; h2ping's, a minute
+            # apart and backing off on this GOAWAY, are another matter.
+            if not findings.ping_rtts or conn.goaway is None or not conn.goaway.punishes_pings:
+                raise
+            findings.notes.append(
+                f"the upstream sent {conn.goaway} after {len(findings.ping_rtts)} PINGs in a "
+                "row: it limits PINGs; h2ping doubles its PING interval on this GOAWAY "
+                "(up to 300s)"
+            )
+            return
+    if max(findings.ping_rtts) > timeout / 2:
+        findings.notes.append(
+            f"the slowest PING took over half of -ping-timeout ({timeout:g}s): "
+            "a busier path may time out"
+        )
+
+
+async def _request(
+    conn: ProbeConnection, config: Config, check: CheckSettings, findings: Findings
+) -> None:
+    """GET the path the way the proxy would forward a client's GET for it."""
+    assert check.path is not None
+    if conn.goaway is not None and conn.goaway.punishes_pings:
+        findings.notes.append("the GET was not sent: the upstream had ended the connection")
+        return
+    client_headers = [(b"user-agent", f"h2ping-check/{__version__}".encode()), (b"accept", b"*/*")]
+    headers = request_headers(b"GET", check.path.encode(), client_headers, config.upstream)
+    path = next(value for name, value in headers if name == b":path").decode()
+    if config.upstream.query:  # it leads the query sent; its values may be keys
+        path = path.replace(f"?{config.upstream.query}", f"?{config.upstream.query_names}", 1)
+    try:
+        head, first_byte = await conn.get(headers, check.request_timeout)
+    except ProbeFailed as exc:
+        raise ProbeFailed(f"GET {path}: {exc}") from None
+    fields = dict(head)
+    server = fields.get(b"server")
+    findings.response = Response(
+        path,
+        int(fields.get(b":status", b"0")),
+        first_byte,
+        printable(server) if server is not None else None,
+    )
+    if findings.response.status >= 400:
+        findings.notes.append(_status_note(findings.response))
+
+
+def _status_note(response: Response) -> str:
+    said = f"GET {response.path} answered {response.status}"
+    if response.status in (401, 403):
+        return f"{said}: h2ping sends no credentials, the client's Authorization passes through"
+    if response.status == 404:
+        return f"{said}: check -path, and the upstream's base path it is joined to"
+    return f"{said}: the endpoint speaks HTTP/2, but this request failed"
+
+
+def _note_goaway_after(conn: ProbeConnection, findings: Findings) -> None:
+    if conn.goaway is not None and not conn.goaway.punishes_pings:  # noted already
+        findings.notes.append(
+            f"the upstream ended the connection with {conn.goaway} during the check: "
+            "h2ping finishes what runs on such a connection and opens a new one"
+        )
+
+
+async def _close(conn: ProbeConnection, tcp: list[asyncio.Transport]) -> None:
+    """Close, and give the loop the turn in which the socket is really closed."""
+    conn.finish()
+    for transport in tcp:
+        if not transport.is_closing():  # a TLS handshake cut short by the timeout
+            transport.abort()
+    if conn.connected:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await asyncio.shield(conn.lost)
+    else:  # TLS never got going: the socket closes in the loop's next turn
+        await asyncio.sleep(0)
