@@ -3,7 +3,7 @@ the server's SETTINGS, a PING's round trip, a GET's response head.
 
 It is driven through h2's public API only (``H2Connection`` and its events).
 GOAWAY frames are taken out before h2 sees them, as h2ping's own connections do
-(:mod:`h2ping.http2.frames`): h2 closes its whole state machine on any GOAWAY,
+(:mod:`h2ping.http2.engine.frames`): h2 closes its whole state machine on any GOAWAY,
 and a GET the server promised to finish would fail with it.
 """
 
@@ -23,10 +23,11 @@ from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 
 from ..fields import Header
-from ..http2.frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter, parse_goaway
-from ..http2.h2errors import describe_h2_error
+from ..http2.engine import our_settings
+from ..http2.engine.errortext import describe_h2_error
+from ..http2.engine.frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter, parse_goaway
 from ..http2.pingbackoff import punishes_pings
-from ..http2.upstream import our_settings
+from ..http2.upstream import STREAM_WINDOW
 
 
 class ProbeFailed(Exception):
@@ -94,7 +95,7 @@ class ProbeConnection(asyncio.BufferedProtocol):
 
     def start(self) -> None:
         """Send the preface and our SETTINGS (h2ping's own), then handle what came."""
-        self._h2.local_settings = our_settings(self._header_list_limit)
+        self._h2.local_settings = our_settings(self._header_list_limit, STREAM_WINDOW)
         self._h2.initiate_connection()
         self._started = True
         self._flush()
@@ -232,7 +233,8 @@ class ProbeConnection(asyncio.BufferedProtocol):
                 _fail(head, f"the upstream reset the request stream ({code})")
 
     def _on_goaway(self, payload: bytes) -> None:
-        last_stream_id, code, debug = parse_goaway(payload)
+        goaway = parse_goaway(payload)
+        last_stream_id, code, debug = goaway.last_stream_id, goaway.error_code, goaway.debug_data
         self.goaway = GoAway(
             last_stream_id, _code_name(code), printable(debug), punishes_pings(code, debug)
         )

@@ -4,7 +4,7 @@ hyperframe. :class:`H2Engine` is its one door (bytes in, calls out, and sends);
 says which of its fast paths this process takes; :mod:`.frames` cuts the
 inbound bytes at frame boundaries, before h2 sees them."""
 
-from .facade import ConnectionFault, H2Engine, PeerEvents, StreamEvents
+from .facade import ConnectionFault, H2Engine, PeerEvents, StreamEvents, our_settings
 from .frames import Goaway
 
-__all__ = ["ConnectionFault", "Goaway", "H2Engine", "PeerEvents", "StreamEvents"]
+__all__ = ["ConnectionFault", "Goaway", "H2Engine", "PeerEvents", "StreamEvents", "our_settings"]

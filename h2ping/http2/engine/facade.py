@@ -87,6 +87,19 @@ class ConnectionFault(Exception):
         self.error_code = error_code
 
 
+def our_settings(header_list_limit: int, stream_window: int) -> h2.settings.Settings:
+    """h2ping's SETTINGS, all in the preface's one frame: no push, our stream
+    window and our header list limit."""
+    return h2.settings.Settings(
+        client=True,
+        initial_values={
+            h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: stream_window,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: header_list_limit,
+        },
+    )
+
+
 class H2Engine:
     """h2's client connection behind h2ping's fast paths, for one upstream connection."""
 
@@ -264,14 +277,7 @@ class H2Engine:
         """The connection preface, with all our settings in its one SETTINGS frame
         (never h2's defaults first: a server must not see a smaller header list
         limit than we enforce), and the connection window raised at once."""
-        self._h2.local_settings = h2.settings.Settings(
-            client=True,
-            initial_values={
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: stream_window,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self._h2.header_list_limit,
-            },
-        )
+        self._h2.local_settings = our_settings(self._h2.header_list_limit, stream_window)
         self._h2.initiate_connection()
         if connection_window > DEFAULT_WINDOW:
             self._h2.increment_flow_control_window(connection_window - DEFAULT_WINDOW)
