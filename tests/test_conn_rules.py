@@ -15,7 +15,7 @@ import aiohttp
 from h2.errors import ErrorCodes
 
 from h2ping import Proxy
-from h2ping.forward.exchange import MAX_REPLAYS_WITH_PROGRESS
+from h2ping.forward.replay import MAX_REPLAYS_WITH_PROGRESS
 from h2ping.http2.upstream import ConnState
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 

@@ -11,13 +11,13 @@ import pytest
 
 from h2ping.config import parse_upstream
 from h2ping.errors import UpstreamError
-from h2ping.forward.exchange import (
+from h2ping.forward.exchange import Exchange, ExchangeContext
+from h2ping.forward.replay import (
     MAX_REPLAYS,
     MAX_REPLAYS_WITH_PROGRESS,
     REPLAY_BACKOFF,
     REPLAY_MAX_PAUSE,
-    Exchange,
-    ExchangeContext,
+    ReplayPolicy,
 )
 from h2ping.forward.retry import TOO_LARGE, RetryBudget
 from h2ping.http1.messages import Request, ResponseWriter
@@ -157,12 +157,16 @@ class Setup:
         ctx = ExchangeContext(
             pool=self.pool,
             upstream=parse_upstream("https://api.example"),
-            retry_body_limit=retry_body_limit,
-            retry_budget=RetryBudget(1 << 20, self.stats),
+            replay=ReplayPolicy(
+                budget=RetryBudget(1 << 20, self.stats),
+                body_limit=retry_body_limit,
+                progress=self.pool,
+                stats=self.stats,
+                call_later=self.clock.call_later,
+                random=lambda: 0.5,
+            ),
             stats=self.stats,
             live=set(),
-            call_later=self.clock.call_later,
-            jitter=lambda: 0.5,
         )
         headers = [(b"host", b"x"), (b"content-length", b"%d" % len(body))]
         request = Request(b"POST", b"/r", headers, "1.1", True)

@@ -1,13 +1,11 @@
-"""One request end to end: where the HTTP/1.1 side and the HTTP/2 side meet.
+"""One request carried from its client to an upstream stream and back: where the
+HTTP/1.1 side and the HTTP/2 side meet.
 
 An :class:`Exchange` is the listener's request handler and the upstream stream's
-sink. Its task only waits for a stream slot and for the outcome; body bytes flow
+sink. A task exists only while it waits for a stream slot; body bytes flow
 through callbacks in both directions, so there is no task or copy per chunk.
-
-The request body is kept (:class:`~h2ping.forward.retry.KeptBody`) until response
-headers arrive, so a stream the upstream refused without processing it
-(REFUSED_STREAM, or above a GOAWAY's last_stream_id) can be replayed on another
-connection. Nothing else is replayed: the upstream may have acted on it.
+Whether a failed attempt is sent again is its :class:`~.replay.Replay`'s to
+decide.
 """
 
 from __future__ import annotations
@@ -15,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import random
 import time
-from collections.abc import Callable
 from typing import Protocol
 
 from .. import errors
@@ -29,21 +25,11 @@ from ..http2.streams import SlotLost, StreamSlot, UpstreamStream, send_backlog_f
 from ..stats import Stats
 from .headers import MalformedResponse, request_headers, response_head
 from .pool import Pool
-from .retry import BUDGET_REACHED, KeptBody, RetryBudget
+from .replay import Replay, ReplayPolicy
+from .retry import BUDGET_REACHED
 
 log = logging.getLogger("h2ping.exchange")
 
-#: A request refused unprocessed is replayed up to MAX_REPLAYS times, as Go's
-#: transport does: the first at once, later ones after a jittered pause that
-#: doubles from REPLAY_BACKOFF and stays under REPLAY_MAX_PAUSE, so a storm of
-#: refusals is spread out, not amplified, and costs little latency. Past
-#: MAX_REPLAYS it goes on only while the upstream answers other streams (it is
-#: shedding load, not refusing everything), up to MAX_REPLAYS_WITH_PROGRESS: an
-#: upstream that refuses every stream still fails a request within a second.
-MAX_REPLAYS = 6
-MAX_REPLAYS_WITH_PROGRESS = 30
-REPLAY_BACKOFF = 0.01
-REPLAY_MAX_PAUSE = 0.25
 PROXY_NAME = "h2ping"
 
 
@@ -72,24 +58,16 @@ class ExchangeContext:
 
     pool: Pool
     upstream: Upstream  # becomes :scheme and :authority
-    retry_body_limit: int
-    retry_budget: RetryBudget
+    replay: ReplayPolicy
     stats: Stats
     live: set[Exchange]  # not yet finished (a pipelined one waiting its turn included)
-    #: How a replay's pause is scheduled and jittered: the running loop's
-    #: call_later and random.random, unless a test gives a clock of its own.
-    call_later: Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None = None
-    jitter: Callable[[], float] = random.random
     access_log: RequestLog | None = None  # -access-log
 
 
 class Exchange:
-    """Forwards one request and its response."""
+    """Carries one request from its client to an upstream stream, and the response back."""
 
     __slots__ = (
-        "_answered_mark",
-        "_attempt",
-        "_backoff",
         "_body",
         "_body_ended",
         "_bytes_in",
@@ -98,6 +76,7 @@ class Exchange:
         "_finished",
         "_headers_after",
         "_received_at",
+        "_replay",
         "_request",
         "_sent_at",
         "_status",
@@ -118,15 +97,13 @@ class Exchange:
         self._task: asyncio.Task[None] | None = None
         self._stream: UpstreamStream | None = None
         self._fields: list[Header] = []
-        self._backoff: asyncio.TimerHandle | None = None
         self._status = 0  # of the upstream's response, once it arrived
         self._body_ended = not request.has_body
         self._unsent: list[bytes] = []  # body received before a stream existed
         self._unsent_bytes = 0
-        self._body = KeptBody(ctx.retry_budget, ctx.retry_body_limit, request.content_length)
+        self._replay = Replay(ctx.replay, request.content_length)
+        self._body = self._replay.body  # fed here: a chunk costs no call on the replay
         self._finished = False
-        self._attempt = 0
-        self._answered_mark = 0  # upstream answers seen when the last attempt failed
         # For the latency histograms and the access log (monotonic seconds).
         self._received_at = time.monotonic()  # the head is complete now
         self._sent_at = 0.0  # the latest attempt left for the upstream
@@ -134,11 +111,6 @@ class Exchange:
         self._bytes_in = 0  # request body bytes received
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
-
-    @property
-    def _replayable(self) -> bool:
-        """Whether a refused attempt could still be sent again (the body is kept)."""
-        return self._body.kept
 
     # ----------------------------------------------------------------- listener side
 
@@ -161,7 +133,7 @@ class Exchange:
                     "%s: replay unavailable: kept request bodies reached max-buffered-bytes "
                     "(%d bytes); this body streams through unkept",
                     self._request.describe(),
-                    self._ctx.retry_budget.limit,
+                    self._ctx.replay.budget.limit,
                 )
         stream = self._stream
         if stream is not None:
@@ -209,9 +181,7 @@ class Exchange:
         if self._task is not None:
             self._task.cancel()
             self._task = None
-        if self._backoff is not None:
-            self._backoff.cancel()
-            self._backoff = None
+        self._replay.cancel()
         self._finish()
 
     # ----------------------------------------------------------------- stream side
@@ -230,8 +200,7 @@ class Exchange:
         self._headers_after = after = time.monotonic() - self._sent_at
         self._ctx.stats.response_headers_after(after)
         self._ctx.stats.count_response(status)
-        # Headers mean the upstream took the request: no replay from here on.
-        self._body.give_up("the response had begun")
+        self._replay.response_began()
         self._writer.start(status, fields, has_body=not end_stream)
 
     def on_data(self, data: bytes, flow_controlled_length: int) -> None:
@@ -263,7 +232,6 @@ class Exchange:
     # task exists only while the request waits for a slot or a new connection.
 
     def _next_attempt(self) -> None:
-        self._backoff = None
         slot = self._ctx.pool.try_acquire()
         if slot is None:
             self._task = asyncio.get_running_loop().create_task(self._wait_for_slot())
@@ -283,7 +251,7 @@ class Exchange:
     def _open_on(self, slot: StreamSlot) -> None:
         """Send the request on a reserved stream slot."""
         self.conn_id = slot.conn.id
-        body = self._body.chunks if self._attempt else self._unsent
+        body = self._body.chunks if self._replay.replays else self._unsent
         end_now = self._body_ended and not any(body)
         try:
             stream = slot.open(self._fields, self, end_stream=end_now)
@@ -314,21 +282,12 @@ class Exchange:
     def _attempt_failed(self, error: UpstreamError) -> None:
         if self._finished:
             return
-        if self._may_replay(error):
-            self._attempt += 1
-            self._answered_mark = self._ctx.pool.answered
-            self._ctx.stats.request_replayed()
+        replay = self._replay
+        if replay.allows(error, self._writer.started):
             log.info(
-                "%s: replaying (%s), attempt %d", self._where(), error.detail, self._attempt + 1
+                "%s: replaying (%s), attempt %d", self._where(), error.detail, replay.replays + 2
             )
-            if self._attempt == 1:
-                self._next_attempt()
-            else:  # refused again: give the upstream a moment (jittered, doubling)
-                ctx = self._ctx
-                pause = min(REPLAY_BACKOFF * 2 ** (self._attempt - 2), REPLAY_MAX_PAUSE / 2)
-                delay = pause * (1 + ctx.jitter())
-                call_later = ctx.call_later or asyncio.get_running_loop().call_later
-                self._backoff = call_later(delay, self._next_attempt)
+            replay.schedule(self._next_attempt)
             return
         self._finish()
         self._fail(error)
@@ -351,16 +310,6 @@ class Exchange:
             where += f" stream={self.stream_id}"
         return where
 
-    def _may_replay(self, error: UpstreamError) -> bool:
-        if not (error.retryable and self._replayable and not self._writer.started):
-            return False
-        if self._attempt < MAX_REPLAYS:
-            return True
-        return (
-            self._attempt < MAX_REPLAYS_WITH_PROGRESS
-            and self._ctx.pool.answered > self._answered_mark
-        )
-
     def _fail(self, error: UpstreamError) -> None:
         stats = self._ctx.stats
         if self._writer.started and self._writer.retract():
@@ -375,13 +324,7 @@ class Exchange:
             self._writer.abort()
             self._record("aborted")
             return
-        if error.retryable and not self._body.kept:
-            stats.replay_refused_for_size()
-            error = UpstreamError(error.error, f"{error.detail}; not retried: {self._body.reason}")
-        elif error.retryable:
-            error = UpstreamError(
-                error.error, f"{error.detail}; gave up after {self._attempt} replays"
-            )
+        error = self._replay.refusal(error)
         log.warning("%s: 502 %s", self._where(error), error, extra=cause)
         stats.count_response(502)
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))
@@ -401,5 +344,5 @@ class Exchange:
             access_log.write(
                 (time.time(), request.method, request.target, status, self._bytes_in,
                  writer.body_bytes, duration, self._headers_after, self.conn_id,
-                 self.stream_id, self._attempt, outcome)
+                 self.stream_id, self._replay.replays, outcome)
             )  # fmt: skip

@@ -18,6 +18,7 @@ from ..config import Config, HostPort, parse_listen, parse_upstream
 from ..errors import AccessLogError, BindError, UpstreamError
 from ..forward.exchange import Exchange, ExchangeContext
 from ..forward.pool import Pool
+from ..forward.replay import ReplayPolicy
 from ..forward.retry import RetryBudget
 from ..http1.listener import ClientConnection, ListenerLimits, OutputFlusher
 from ..http1.messages import Request, ResponseWriter
@@ -168,8 +169,7 @@ class Proxy:
         self._exchange_context = ExchangeContext(
             pool=self.pool,
             upstream=config.upstream,
-            retry_body_limit=config.retry_body_limit,
-            retry_budget=self.retry_budget,
+            replay=ReplayPolicy(self.retry_budget, config.retry_body_limit, self.pool, self.stats),
             stats=self.stats,
             live=self.exchanges,
             access_log=self.access_log,
