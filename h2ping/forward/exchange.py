@@ -5,7 +5,8 @@ An :class:`Exchange` is the listener's request handler and the upstream stream's
 sink. A task exists only while it waits for a stream slot; body bytes flow
 through callbacks in both directions, so there is no task or copy per chunk.
 Whether a failed attempt is sent again is its :class:`~.replay.Replay`'s to
-decide.
+decide, and what the request leaves in the counters and the access log is its
+:class:`~.accounting.Accounting`'s.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
-from typing import Protocol
 
 from .. import errors
 from ..config import Upstream
@@ -23,6 +22,7 @@ from ..fields import Header
 from ..http1.messages import Request, ResponseWriter
 from ..http2.streams import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
 from ..stats import Stats
+from .accounting import Accounting, RequestLog
 from .headers import MalformedResponse, request_headers, response_head
 from .pool import Pool
 from .replay import Replay, ReplayPolicy
@@ -38,18 +38,6 @@ def proxy_status(error: UpstreamError) -> str:
     detail = error.detail.replace("\\", "\\\\").replace('"', '\\"')
     detail = "".join(c if " " <= c <= "~" else "?" for c in detail)
     return f'{PROXY_NAME}; error={error.error}; details="{detail}"'
-
-
-#: One finished request, as the access log takes it: (wall time, method, target,
-#: status sent (0: none), request body bytes, response body bytes, duration, time
-#: to response headers (None: none came), connection, stream, replays, outcome).
-LogEntry = tuple[float, bytes, bytes, int, int, int, float, float | None, int, int, int, str]
-
-
-class RequestLog(Protocol):
-    """Where each finished request leaves its line (``-access-log``)."""
-
-    def write(self, entry: LogEntry) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -68,18 +56,15 @@ class Exchange:
     """Carries one request from its client to an upstream stream, and the response back."""
 
     __slots__ = (
+        "_account",
         "_body",
         "_body_ended",
         "_bytes_in",
         "_ctx",
         "_fields",
         "_finished",
-        "_headers_after",
-        "_received_at",
         "_replay",
         "_request",
-        "_sent_at",
-        "_status",
         "_stream",
         "_task",
         "_unsent",
@@ -97,17 +82,14 @@ class Exchange:
         self._task: asyncio.Task[None] | None = None
         self._stream: UpstreamStream | None = None
         self._fields: list[Header] = []
-        self._status = 0  # of the upstream's response, once it arrived
         self._body_ended = not request.has_body
         self._unsent: list[bytes] = []  # body received before a stream existed
         self._unsent_bytes = 0
         self._replay = Replay(ctx.replay, request.content_length)
         self._body = self._replay.body  # fed here: a chunk costs no call on the replay
+        self._account = Accounting(ctx.stats, ctx.access_log, request, writer)
         self._finished = False
-        # For the latency histograms and the access log (monotonic seconds).
-        self._received_at = time.monotonic()  # the head is complete now
-        self._sent_at = 0.0  # the latest attempt left for the upstream
-        self._headers_after: float | None = None  # its response headers came this much later
+        # Counted here, not by the accounting, so that a chunk costs one addition only.
         self._bytes_in = 0  # request body bytes received
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
@@ -196,10 +178,7 @@ class Exchange:
                 UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"malformed response header block: {exc}")
             )
             return
-        self._status = status
-        self._headers_after = after = time.monotonic() - self._sent_at
-        self._ctx.stats.response_headers_after(after)
-        self._ctx.stats.count_response(status)
+        self._account.response_head(status)
         self._replay.response_began()
         self._writer.start(status, fields, has_body=not end_stream)
 
@@ -267,7 +246,7 @@ class Exchange:
             return
         self._stream = stream
         self.stream_id = stream.stream_id
-        self._sent_at = time.monotonic()
+        self._account.sent()
         if self._request.expect_continue and not self._body_ended:
             self._writer.send_continue()
         for chunk in body:
@@ -311,10 +290,9 @@ class Exchange:
         return where
 
     def _fail(self, error: UpstreamError) -> None:
-        stats = self._ctx.stats
         if self._writer.started and self._writer.retract():
             # Nothing of the response reached the client yet: a 502 can stand in.
-            stats.response_retracted(self._status)
+            self._account.response_retracted()
         # One line per failed request: the request, the connection, the cause.
         cause = {"cause": error.error}
         if self._writer.started:
@@ -326,23 +304,17 @@ class Exchange:
             return
         error = self._replay.refusal(error)
         log.warning("%s: 502 %s", self._where(error), error, extra=cause)
-        stats.count_response(502)
+        self._account.error_response(502)
         self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))
         self._record("failed", 502)
 
     def _record(self, outcome: str, status: int = 0) -> None:
-        """The request ended: its duration, and its access-log line. ``status`` is
-        what the client got when the upstream's status is not it."""
-        now = time.monotonic()
-        duration = now - self._received_at
-        self._ctx.stats.request_ended(outcome, duration)
-        access_log = self._ctx.access_log
-        if access_log is not None:
-            request, writer = self._request, self._writer
-            if not status and writer.started:
-                status = self._status
-            access_log.write(
-                (time.time(), request.method, request.target, status, self._bytes_in,
-                 writer.body_bytes, duration, self._headers_after, self.conn_id,
-                 self.stream_id, self._replay.replays, outcome)
-            )  # fmt: skip
+        """Hand the ending to the accounting, with what only the exchange knows."""
+        self._account.ended(
+            outcome,
+            status,
+            bytes_in=self._bytes_in,
+            conn_id=self.conn_id,
+            stream_id=self.stream_id,
+            replays=self._replay.replays,
+        )

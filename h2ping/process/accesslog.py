@@ -29,7 +29,7 @@ import threading
 import time
 from typing import cast
 
-from ..forward.exchange import LogEntry
+from ..forward.accounting import LogEntry
 from ..stats import Stats
 
 log = logging.getLogger("h2ping.accesslog")
@@ -41,7 +41,7 @@ BATCH_LINES = 1024
 #: A path is logged up to this many bytes (the rest is cut, and ends with "...").
 MAX_PATH_BYTES = 1024
 
-#: One finished request (see the exchange's LogEntry).
+#: One finished request (see the accounting's LogEntry).
 Entry = LogEntry
 
 _WAKE = object()  # put on the queue so that the writer looks at its flags
