@@ -1,4 +1,4 @@
-"""Exchange's replay policy without sockets or sleeps: a fake pool hands out fake
+"""Exchange and the replays it asks for, without sockets or sleeps: a fake pool hands out fake
 streams, a recording sink stands in for the client, and replay pauses are
 collected from an injected ``call_later`` and run by hand."""
 
@@ -163,7 +163,7 @@ class Setup:
                 progress=self.pool,
                 stats=self.stats,
                 call_later=self.clock.call_later,
-                random=lambda: 0.5,
+                jitter=lambda: 0.5,
             ),
             stats=self.stats,
             live=set(),

@@ -57,7 +57,7 @@ class Setup:
         body_limit: int = 1024,
         budget_limit: int = 1 << 20,
         content_length: int | None = 3,
-        random: float = 0.5,
+        jitter: float = 0.5,
     ) -> None:
         self.stats = Stats()
         self.clock = Clock()
@@ -69,7 +69,7 @@ class Setup:
             progress=self.upstream,
             stats=self.stats,
             call_later=self.clock.call_later,
-            random=lambda: random,
+            jitter=lambda: jitter,
         )
         self.replay = Replay(self.policy, content_length)
         self.resent = 0
@@ -98,7 +98,7 @@ def test_the_first_replay_is_sent_at_once() -> None:
 
 
 def test_later_replays_wait_a_jittered_pause_that_doubles_under_the_cap() -> None:
-    setup = Setup(random=0.5)
+    setup = Setup(jitter=0.5)
     assert setup.refused_again()
     setup.replay.schedule(setup.resend)  # the second replay waits...
     assert (setup.resent, setup.clock.delays) == (1, [pytest.approx(REPLAY_BACKOFF * 1.5)])
@@ -112,18 +112,18 @@ def test_later_replays_wait_a_jittered_pause_that_doubles_under_the_cap() -> Non
     assert expected[-1] == pytest.approx(REPLAY_MAX_PAUSE / 2 * 1.5)  # the cap is reached
 
 
-@pytest.mark.parametrize("random", [0.0, 0.999999])
+@pytest.mark.parametrize("jitter", [0.0, 0.999999])
 def test_the_jitter_spreads_each_pause_over_one_to_two_times_and_stays_under_the_max(
-    random: float,
+    jitter: float,
 ) -> None:
-    setup = Setup(random=random)
+    setup = Setup(jitter=jitter)
     while setup.refused_again(progress=True):
         assert setup.replay.replays <= MAX_REPLAYS_WITH_PROGRESS
     assert len(setup.clock.delays) == MAX_REPLAYS_WITH_PROGRESS - 1
     base = [
         min(REPLAY_BACKOFF * 2**n, REPLAY_MAX_PAUSE / 2) for n in range(len(setup.clock.delays))
     ]
-    assert setup.clock.delays == pytest.approx([pause * (1 + random) for pause in base])
+    assert setup.clock.delays == pytest.approx([pause * (1 + jitter) for pause in base])
     assert max(setup.clock.delays) < REPLAY_MAX_PAUSE
 
 

@@ -53,7 +53,7 @@ class ReplayPolicy:
     progress: Progress
     stats: Stats
     call_later: Callable[[float, Callable[[], None]], asyncio.TimerHandle] | None = None
-    random: Callable[[], float] = random.random
+    jitter: Callable[[], float] = random.random
 
 
 class Replay:
@@ -98,7 +98,7 @@ class Replay:
         pause = min(REPLAY_BACKOFF * 2 ** (self.replays - 2), REPLAY_MAX_PAUSE / 2)
         call_later = policy.call_later or asyncio.get_running_loop().call_later
         self._resend = resend
-        self._pause = call_later(pause * (1 + policy.random()), self._pause_over)
+        self._pause = call_later(pause * (1 + policy.jitter()), self._pause_over)
 
     def _pause_over(self) -> None:
         resend = self._resend
