@@ -152,6 +152,25 @@ async def test_rejection_waits_for_the_responses_before_it() -> None:
     assert client.transport.closed
 
 
+async def test_bad_body_after_the_connection_closed_is_not_answered() -> None:
+    client = Client()
+    answer_at_once = client._handler
+
+    def handler(request: Request, writer: ResponseWriter) -> Handler:
+        # An exchange that fails at once (no upstream) answers from start().
+        made = answer_at_once(request, writer)
+        made.start = lambda: writer.send_error(502, "upstream down")  # type: ignore[method-assign]
+        return made
+
+    client.conn._factory = handler
+    # The 502 closes the connection while llhttp goes on to the bad chunk.
+    client.send(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    assert (await client.output()).startswith(b"HTTP/1.1 502 ")
+    assert client.conn.state is ReadState.CLOSED
+    assert not client.stats.responses  # no 400 counted that was never sent
+    assert client.handlers[0].events == []  # the handler keeps its own outcome
+
+
 async def test_content_length_body_arrives_in_pieces() -> None:
     client = Client()
     client.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhe")

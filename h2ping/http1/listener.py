@@ -484,6 +484,10 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _reject(self, status: int, text: str) -> None:
         """A request we will not forward: answer it once earlier responses are out,
         then close (what follows it on the connection cannot be trusted)."""
+        if self._closing:
+            # A response closed the connection while the parser went on through
+            # the same bytes: there is nobody to answer, nor a 400 to count.
+            return
         log.info("client request rejected: %d %s", status, text)
         if self._reading is None:  # a head: it ends here; a body's handler counts it
             self._stats.head_rejected(status)
