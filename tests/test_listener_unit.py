@@ -4,6 +4,11 @@ handler that records what the connection told it."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Callable
+from typing import Any, cast
+
+import pytest
 
 from h2ping.http1.listener import ClientConnection, ListenerLimits, ReadState
 from h2ping.http1.messages import Request, ResponseWriter
@@ -50,11 +55,11 @@ class Handler:
 class Client:
     """One ClientConnection over a FakeTransport."""
 
-    def __init__(self) -> None:
+    def __init__(self, connection: type[ClientConnection] = ClientConnection) -> None:
         self.handlers: list[Handler] = []
         self.stats = Stats()
         self.transport = FakeTransport()
-        self.conn = ClientConnection(
+        self.conn = connection(
             self._handler, set(), self.stats, ListenerLimits(header_timeout=30, idle_timeout=30)
         )
         self.conn.connection_made(self.transport)
@@ -152,6 +157,30 @@ async def test_rejection_waits_for_the_responses_before_it() -> None:
     assert client.transport.closed
 
 
+def answered_at_once(client: Client) -> None:
+    """Requests answered, with a close, from the handler's start (an exchange
+    that fails without an upstream does so)."""
+    make = client.conn._factory
+
+    def factory(request: Request, writer: ResponseWriter) -> Handler:
+        handler = cast(Handler, make(request, writer))
+        handler.start = lambda: writer.send_error(502, "no upstream")  # type: ignore[method-assign]
+        return handler
+
+    client.conn._factory = factory
+
+
+async def test_bad_body_after_the_connection_closed_is_not_answered() -> None:
+    client = Client()
+    answered_at_once(client)
+    # The 502 closes the connection while llhttp goes on to the bad chunk.
+    client.send(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    assert (await client.output()).startswith(b"HTTP/1.1 502 ")
+    assert client.conn.state is ReadState.CLOSED
+    assert not client.stats.responses  # no 400 counted that was never sent
+    assert client.handlers[0].events == []  # the handler keeps its own outcome
+
+
 async def test_content_length_body_arrives_in_pieces() -> None:
     client = Client()
     client.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhe")
@@ -224,3 +253,127 @@ async def test_pause_and_resume() -> None:
     client.conn.resume_writing()
     assert not handler.writer.paused
     assert handler.events[-1] == "drained"
+
+
+# ----------------------------------------------------------------- moves between states
+
+B, H, D = ReadState.BETWEEN, ReadState.HEAD, ReadState.BODY
+UP, UB = ReadState.UPGRADING, ReadState.UPGRADED_BODY
+R, C = ReadState.REJECTED, ReadState.CLOSED
+
+#: The moves a client connection may make, written out apart from the listener's
+#: own table: every one is allowed, every other one refused.
+MOVES = {
+    (B, H), (B, R), (B, C),
+    (H, D), (H, R), (H, C),
+    (D, B), (D, UP), (D, R), (D, C),
+    (UP, UB), (UP, C),
+    (UB, B), (UB, R), (UB, C),
+    (R, C),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    list(itertools.product(ReadState, repeat=2)),
+    ids=lambda state: state.name,
+)
+async def test_every_listed_move_is_allowed_and_no_other(
+    before: ReadState, after: ReadState
+) -> None:
+    conn = Client().conn
+    conn.state = before
+    allowed = (before, after) in MOVES
+    assert conn._enter(after) is allowed
+    assert conn.state is (after if allowed else before)
+
+
+class Recording(ClientConnection):
+    """Keeps each move asked of it: from, to, and whether it was made."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: list[tuple[ReadState, ReadState, bool]] = []
+
+    def _enter(self, state: ReadState) -> bool:
+        before = self.state
+        made = super()._enter(state)
+        self.asked.append((before, state, made))
+        return made
+
+
+CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n"
+LENGTH_3 = b"Content-Length: 3\r\n\r\n"
+POST_CHUNKED = b"POST / HTTP/1.1\r\nHost: x\r\n" + CHUNKED
+POST_10 = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345"
+UPGRADE = b"POST / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: other\r\n"
+GET_CLOSE = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+
+def answer_first(client: Client) -> None:
+    client.handlers[0].answer()
+
+
+def answer_then_close_if_idle(client: Client) -> None:
+    client.handlers[0].answer()
+    client.conn.close_if_idle()
+
+
+def lost(client: Client) -> None:
+    client.conn.connection_lost(None)
+
+
+def response_begun(client: Client) -> None:
+    """Requests whose response begins at once, from the handler's start."""
+    make = client.conn._factory
+
+    def factory(request: Request, writer: ResponseWriter) -> Handler:
+        handler = cast(Handler, make(request, writer))
+        handler.start = lambda: writer.start(200, [])  # type: ignore[method-assign]
+        return handler
+
+    client.conn._factory = factory
+
+
+def nothing(client: Client) -> None:
+    pass
+
+
+#: What a client does, and what follows: every move of the table, made by bytes
+#: and events as they come. Each is: set-up, bytes sent, what happens next.
+SCENARIOS: dict[str, tuple[Callable[[Client], None], bytes, Callable[[Client], None]]] = {
+    "kept alive, then idle": (nothing, GET % 1, answer_then_close_if_idle),
+    "bytes after Connection: close": (nothing, GET_CLOSE + b"GET / HTTP/1.1\r\n", answer_first),
+    "bad head": (nothing, b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", nothing),
+    "head too slow": (nothing, b"GET / HTTP/1.1\r\n", lambda client: client.conn._on_timer()),
+    "gone mid-head": (nothing, b"GET / HTTP/1.1\r\n", lost),
+    "bad body": (nothing, POST_CHUNKED + b"zz\r\n", nothing),
+    "gone mid-body": (nothing, POST_10, lost),
+    "Upgrade with a body": (nothing, UPGRADE + LENGTH_3 + b"abc" + GET % 2, nothing),
+    "Upgrade with a bad body": (nothing, UPGRADE + CHUNKED + b"zz\r\n", nothing),
+    "gone mid-Upgrade body": (nothing, UPGRADE + LENGTH_3 + b"a", lost),
+    # The parser goes on through the same bytes after the 502 closed the connection.
+    "closed by a response, then a body": (answered_at_once, POST_CHUNKED + b"0\r\n\r\n", nothing),
+    "closed by a response, then a bad body": (answered_at_once, POST_CHUNKED + b"zz\r\n", nothing),
+    # The response already begun is cut: no 400 follows it.
+    "a response begun, then a bad body": (response_begun, POST_CHUNKED + b"zz\r\n", nothing),
+}  # fmt: skip
+
+
+async def test_the_moves_made_are_those_of_the_table() -> None:
+    made: set[tuple[ReadState, ReadState]] = set()
+    refused: set[tuple[ReadState, ReadState]] = set()
+    for before, data, after in SCENARIOS.values():
+        client = Client(Recording)
+        before(client)
+        client.send(data)
+        after(client)
+        await client.output()
+        conn = cast(Recording, client.conn)
+        made.update((old, new) for old, new, entered in conn.asked if entered)
+        refused.update((old, new) for old, new, entered in conn.asked if not entered)
+    # Every move of the table is made, but one: UPGRADING lasts from one parser
+    # callback to the next line of the same read, where nothing can close it.
+    assert made == MOVES - {(UP, C)}
+    # Refused only once reading has ended (and the parser went on).
+    assert refused == {(C, B), (C, R)}

@@ -78,6 +78,36 @@ class ReadState(enum.Enum):
     REJECTED = "rejected"  # a malformed request awaits its answer; nothing more is read
     CLOSED = "closed"  # closing or closed: nothing more is read or written
 
+    # Members are singletons: hash them by identity. Enum's own hash runs Python
+    # code, and the move table below is looked up several times per request.
+    __hash__ = object.__hash__
+
+
+_S = ReadState
+
+#: Every move between read states, in one view: ``ClientConnection._enter`` makes
+#: these and refuses the rest. Refused are the moves the parser asks for after
+#: reading has ended (a response closed the connection while the parser went on
+#: through the same bytes). Any state but CLOSED may close: the client may go,
+#: and the proxy may stop, at any time.
+_MOVES: dict[ReadState, frozenset[ReadState]] = {
+    # HEAD at a request's first byte; REJECTED for bytes after a request that
+    # asked to close (llhttp reads no further)
+    _S.BETWEEN: frozenset({_S.HEAD, _S.REJECTED, _S.CLOSED}),
+    # BODY once the head is whole; REJECTED for a bad head, too large or too slow
+    _S.HEAD: frozenset({_S.BODY, _S.REJECTED, _S.CLOSED}),
+    # BETWEEN at the body's end (no body: at once); UPGRADING at the end of an
+    # Upgrade's head that has a body; REJECTED for a bad body
+    _S.BODY: frozenset({_S.BETWEEN, _S.UPGRADING, _S.REJECTED, _S.CLOSED}),
+    # UPGRADED_BODY in the same read, as a fresh parser takes the body
+    _S.UPGRADING: frozenset({_S.UPGRADED_BODY, _S.CLOSED}),
+    # BETWEEN at the body's end; REJECTED for a bad body
+    _S.UPGRADED_BODY: frozenset({_S.BETWEEN, _S.REJECTED, _S.CLOSED}),
+    # once the earlier responses are out: the answer, then CLOSED
+    _S.REJECTED: frozenset({_S.CLOSED}),
+    _S.CLOSED: frozenset(),
+}
+
 
 class OutputFlusher:
     """Writes the output queued on client connections, each in one write, from a
@@ -173,11 +203,13 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _closing(self) -> bool:
         return self.state is ReadState.CLOSED
 
-    def _enter(self, state: ReadState) -> None:
-        """Move on as the parser reads, unless reading has ended: a callback can
-        close the connection while the parser goes on through the same bytes."""
-        if self.state is not ReadState.CLOSED and self.state is not ReadState.REJECTED:
+    def _enter(self, state: ReadState) -> bool:
+        """Move to ``state`` if the table of moves (``_MOVES``) allows it from here;
+        every change of state goes through here. False if refused."""
+        if state in _MOVES[self.state]:
             self.state = state
+            return True
+        return False
 
     # ----------------------------------------------------------------- protocol
 
@@ -234,7 +266,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.state = ReadState.CLOSED
+        self._enter(ReadState.CLOSED)
         self._stop_timer()
         self._registry.discard(self)
         self._out.clear()
@@ -440,9 +472,8 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def close(self) -> None:
         """Close after the queued output is written."""
-        if self._transport is None or self._closing:
+        if self._transport is None or not self._enter(ReadState.CLOSED):
             return
-        self.state = ReadState.CLOSED
         self._stop_timer()
         self._flush()
         self._transport.close()
@@ -451,7 +482,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         """Cut the connection after handing the socket what is queued: the client
         sees the response end early, not its start vanish."""
         self._flush()
-        self.state = ReadState.CLOSED
+        self._enter(ReadState.CLOSED)
         self._stop_timer()
         self._out.clear()
         if self._transport is not None:
@@ -484,6 +515,12 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _reject(self, status: int, text: str) -> None:
         """A request we will not forward: answer it once earlier responses are out,
         then close (what follows it on the connection cannot be trusted)."""
+        if not self._enter(ReadState.REJECTED):
+            # A response closed the connection while the parser went on through
+            # the same bytes: there is nobody to answer, nor a 400 to count.
+            return
+        # Set first: a response that ends while the handlers are told sends it.
+        self._rejection = (status, text)
         log.info("client request rejected: %d %s", status, text)
         if self._reading is None:  # a head: it ends here; a body's handler counts it
             self._stats.head_rejected(status)
@@ -492,9 +529,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._cancel_timer()
         self.pause_reading()
         self._drop_unfinished_request(status)
-        self.state = ReadState.REJECTED
-        self._rejection = (status, text)
-        if not self._pending:
+        if not self._pending and self.state is ReadState.REJECTED:
             self._send_rejection()
 
     def _send_rejection(self) -> None:

@@ -126,10 +126,10 @@ class Request:
         "has_body",
         "headers",
         "http_version",
-        "keep_alive",
         "method",
         "target",
         "upgrade",
+        "wants_keep_alive",
     )
 
     def __init__(
@@ -138,13 +138,16 @@ class Request:
         target: bytes,
         headers: list[Header],
         http_version: str,
-        keep_alive: bool,
+        wants_keep_alive: bool,
     ) -> None:
         self.method = method
         self.target = target
         self.headers = headers
         self.http_version = http_version
-        self.keep_alive = keep_alive
+        #: What the client asked for: HTTP/1.1 unless ``Connection: close``, HTTP/1.0
+        #: only with ``Connection: keep-alive`` (llhttp's reading). Only asked of;
+        #: :func:`keeps_alive` decides.
+        self.wants_keep_alive = wants_keep_alive
         self.expect_continue = False
         self.upgrade = False  # llhttp treats the rest of the stream as another protocol
         self.content_length: int | None = None
@@ -165,12 +168,30 @@ class Request:
         return f"{self.method.decode('latin-1')} {path.decode('latin-1')}"
 
 
+def keeps_alive(request: Request, close_delimited: bool, error: bool) -> bool:
+    """Whether the client connection stays open after the response to ``request``
+    (RFC 9112 section 9.3): the one place that decides, when the response head is
+    written, since the head must say ``Connection: close`` if not. Open only if
+
+    - the client asked for it (:attr:`Request.wants_keep_alive`);
+    - the request's body has been read whole: its rest would be read as the next request;
+    - the response's end is not marked by closing (``close_delimited``: a body
+      without Content-Length to an HTTP/1.0 client);
+    - it is not the proxy's own error (``error``): simplest for the client to
+      recover from, and what follows a rejected request cannot be trusted.
+
+    A stopping proxy closes idle connections itself; its responses do not say so.
+    """
+    return request.wants_keep_alive and request.body_complete and not close_delimited and not error
+
+
 class ResponseWriter:
     """Writes one response to the client, choosing its HTTP/1.1 framing."""
 
     __slots__ = (
         "_chunked",
         "_conn",
+        "_keep_alive",
         "_mark",
         "_no_body",
         "_request",
@@ -184,6 +205,7 @@ class ResponseWriter:
         self._request = request
         self._chunked = False
         self._no_body = False
+        self._keep_alive = False  # decided with the head; a response ended without one is broken
         self._mark = (0, 0)
         self.started = False
         self.finished = False
@@ -191,7 +213,8 @@ class ResponseWriter:
 
     @property
     def keep_alive(self) -> bool:
-        return self._request.keep_alive
+        """Whether the connection stays open after this response (see :func:`keeps_alive`)."""
+        return self._keep_alive
 
     @property
     def paused(self) -> bool:
@@ -205,23 +228,25 @@ class ResponseWriter:
     def start(self, status: int, headers: list[Header], *, has_body: bool = True) -> None:
         """Status line and fields. Without ``Content-Length`` the body is chunked
         (HTTP/1.1) or delimited by closing the connection (HTTP/1.0)."""
+        self._start(status, headers, has_body, False)
+
+    def _start(self, status: int, headers: list[Header], has_body: bool, error: bool) -> None:
         request = self._request
         self.started = True
         self._mark = (self._conn.flushes, self._conn.queued())
         self._no_body = request.method == b"HEAD" or status in (204, 304) or 100 <= status < 200
         has_length = any(name == b"content-length" for name, _ in headers)
+        close_delimited = False
         if not self._no_body and not has_length:
             if request.http_version == "1.1" and has_body:
                 self._chunked = True
                 headers = [*headers, (b"transfer-encoding", b"chunked")]
             elif has_body:
-                request.keep_alive = False
+                close_delimited = True
             else:
                 headers = [*headers, (b"content-length", b"0")]
-        if not request.body_complete:
-            # The rest of the request body would be read as the next request.
-            request.keep_alive = False
-        if not request.keep_alive:
+        self._keep_alive = keeps_alive(request, close_delimited, error)
+        if not self._keep_alive:
             headers = [*headers, (b"connection", b"close")]
         elif request.http_version == "1.0":
             headers = [*headers, (b"connection", b"keep-alive")]
@@ -279,10 +304,7 @@ class ResponseWriter:
         ]
         if proxy_status is not None:
             headers.append((b"proxy-status", proxy_status.encode("ascii", "replace")))
-        # The proxy's own errors end the connection: simplest for the client to
-        # recover from, and what follows a rejected request cannot be trusted.
-        self._request.keep_alive = False
-        self.start(status, headers)
+        self._start(status, headers, True, True)  # an error: the connection ends after it
         self.write(body)
         self.end()
 
