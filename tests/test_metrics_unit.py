@@ -10,7 +10,7 @@ import pytest
 from h2ping._version import __version__
 from h2ping.config import Config, parse_upstream
 from h2ping.process.lag import LAG_BUCKETS
-from h2ping.process.metrics import Snapshot, Workers, render
+from h2ping.process.metrics import METRICS, Snapshot, Workers, family_names, render
 from h2ping.stats import Histogram, Stats
 
 
@@ -168,6 +168,30 @@ def test_render_leaves_out_what_is_not_there() -> None:
     assert 'h2ping_upstream_connections{state="draining"} 0' in lines
     assert 'h2ping_responses_total{status_class="3xx"} 0' in lines
     assert text.endswith(" 0\n")
+
+
+def test_the_spec_list_is_what_render_writes() -> None:
+    """METRICS (read by documentation checks) names every family, with its type and
+    help, in the order written; those with ``only_with`` are the ones a bare proxy
+    leaves out."""
+    snapshot, config = _varied()
+    lines = render(snapshot, config, config.instance_name, Workers(4, 3)).splitlines()
+    written = [line.split(" ", 3)[2:] for line in lines if line.startswith("# HELP ")]
+    assert written == [[spec.name, spec.help_for(config)] for spec in METRICS]
+    types = [line.split(" ")[2:] for line in lines if line.startswith("# TYPE ")]
+    assert types == [[spec.name, spec.type] for spec in METRICS]
+    assert family_names() == tuple(spec.name for spec in METRICS)
+    assert len(set(family_names())) == len(METRICS)
+    bare = Config(upstream=parse_upstream("http://u.test"))
+    text = render(Snapshot(Stats(), 0, {}, 0, None), bare, "u")
+    kept = {line.split(" ")[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    assert {spec.name for spec in METRICS if spec.only_with is None} == kept
+    assert {spec.only_with for spec in METRICS} == {
+        None,
+        "-workers",
+        "-loop-lag-interval",
+        "-access-log",
+    }
 
 
 # Rendered from _varied() with Workers(4, 3); VERSION stands for the version.
