@@ -272,6 +272,7 @@ def _run_workers(config: Config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command: parse the flags, set up logging, serve; returns the exit code."""
     args = sys.argv[1:] if argv is None else list(argv)
     prog = os.path.basename(sys.argv[0]) if argv is None else "h2ping"
     if prog in ("__main__.py", "-c"):

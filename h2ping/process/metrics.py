@@ -136,10 +136,12 @@ class Metrics:
 
 
 def _escape(value: str) -> str:
+    """A label value as the text format quotes it."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _number(value: float) -> str:
+    """A sample value as the text format writes it (``+Inf`` for infinity)."""
     if isinstance(value, int):
         return str(value)
     if math.isinf(value):
@@ -158,6 +160,7 @@ class Scrape:
 
     @property
     def stats(self) -> Stats:
+        """The counters, which most families read."""
         return self.snapshot.stats
 
 
@@ -428,4 +431,5 @@ def _write(spec: MetricSpec, scrape: Scrape, lines: list[str]) -> None:
 
 
 def _braced(labels: list[str]) -> str:
+    """``{a="1",b="2"}``, or nothing without labels."""
     return "{" + ",".join(labels) + "}" if labels else ""
