@@ -22,7 +22,7 @@ import signal
 import socket
 import ssl
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
@@ -32,7 +32,14 @@ from ..http2.engine import fastpaths
 from ..logs import LIFECYCLE, plural, setup_logging
 from ..sockets import raise_nofile_limit
 from .descriptors import DescriptorWatch, is_shortage
-from .flags import FlagError, HelpRequested, VersionRequested, help_text, parse_command_line
+from .flags import (
+    CommandLine,
+    FlagError,
+    HelpRequested,
+    VersionRequested,
+    help_text,
+    parse_command_line,
+)
 from .heap import HeapTrimmer
 from .proxy import Proxy, bind_listener
 
@@ -117,88 +124,125 @@ async def serve(
     that it serves, and its ``links`` to the others; a single process binds here
     and writes the ready file.
     """
-    loop = asyncio.get_running_loop()
     proxy = Proxy(config)
     descriptors = DescriptorWatch(proxy.stats)
-    loop.set_exception_handler(_loop_exception_handler(descriptors))
+    asyncio.get_running_loop().set_exception_handler(_loop_exception_handler(descriptors))
     stopping = asyncio.Event()
-
-    def on_signal(signum: int) -> None:
-        if stopping.is_set():
-            lifecycle.warning("second %s: exiting now", signal.Signals(signum).name)
-            remove_ready_file(config.ready_file)
-            logging.shutdown()
-            os._exit(1)
-        lifecycle.info(
-            "%s: draining %s (up to %gs)",
-            signal.Signals(signum).name,
-            plural(proxy.in_flight, "in-flight request"),
-            config.shutdown_grace,
-        )
-        stopping.set()
-
     # Before binding, so that a signal during startup still means "drain and exit 0".
+    _handle_signals(config, proxy, stopping)
+    if not await _start(config, proxy, sock, links):
+        return 1
+    try:
+        with _housekeeping(descriptors):
+            return await _serve_until_stopped(config, proxy, stopping, started)
+    finally:
+        remove_ready_file(config.ready_file)
+
+
+def _handle_signals(config: Config, proxy: Proxy, stopping: asyncio.Event) -> None:
+    """Install the handlers of the stop signals and of SIGHUP, then let them in."""
+    loop = asyncio.get_running_loop()
     for signum in _STOP_SIGNALS:
-        loop.add_signal_handler(signum, on_signal, signum)
+        loop.add_signal_handler(signum, _on_stop_signal, signum, config, proxy, stopping)
     if config.access_log not in (None, "-"):
         # Log rotation; without an access-log file SIGHUP keeps its default.
         loop.add_signal_handler(signal.SIGHUP, proxy.reopen_logs)
     # A worker starts with these blocked, so that none arrives before the handlers.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (*_STOP_SIGNALS, signal.SIGHUP))
+
+
+def _on_stop_signal(signum: int, config: Config, proxy: Proxy, stopping: asyncio.Event) -> None:
+    """A first SIGINT/SIGTERM starts the drain; a second one exits at once with 1."""
+    if stopping.is_set():
+        lifecycle.warning("second %s: exiting now", signal.Signals(signum).name)
+        remove_ready_file(config.ready_file)
+        logging.shutdown()
+        os._exit(1)
+    lifecycle.info(
+        "%s: draining %s (up to %gs)",
+        signal.Signals(signum).name,
+        plural(proxy.in_flight, "in-flight request"),
+        config.shutdown_grace,
+    )
+    stopping.set()
+
+
+async def _start(
+    config: Config, proxy: Proxy, sock: socket.socket | None, links: Links | None
+) -> bool:
+    """Start the proxy, or log why it cannot (each such reason is exit code 1)."""
     try:
         await proxy.start(sock, links)
     except ssl.SSLError as exc:  # an OSError too, but not the listener's
         log.error("ca-file %s: %s", config.ca_file, exc.reason or exc)
-        return 1
+        return False
     except BindError as exc:
         log.error("cannot bind %s: %s", exc.address, _reason(exc))
-        return 1
+        return False
     except AccessLogError as exc:
         log.error("cannot open -access-log %s: %s", exc.path, _reason(exc))
-        return 1
+        return False
     except AdminListenError as exc:  # not "cannot bind": that is the launcher's -listen hint
         log.error("cannot serve -admin-listen on %s: %s", exc.address, _reason(exc))
-        return 1
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _housekeeping(descriptors: DescriptorWatch) -> Iterator[None]:
+    """Give freed memory back and watch the descriptors while the proxy serves."""
     # Process-wide, like the open-file limit: here and not in Proxy, which others embed.
     trimmer = HeapTrimmer()
     trimmer.start()
     descriptors.start()
     try:
-        if config.ready_file is not None and not write_ready_file(config.ready_file):
-            await proxy.stop(grace=0)
-            return 1
-        if not config.listen.is_loopback:
-            log.warning(
-                "listen address %s is not loopback and h2ping has no authentication: "
-                "anyone who can reach it can use your upstream",
-                proxy.listen_address,
-            )
-        if config.insecure_skip_verify:
-            log.warning("insecure-skip-verify is on: upstream TLS certificates are NOT checked")
-        lifecycle.info("listening on %s -> %s", proxy.listen_address, config.upstream.display)
-        if proxy.admin is not None:
-            lifecycle.info("admin endpoint on %s: /healthz /readyz /metrics", proxy.admin.address)
-        if started is not None:
-            started()
-
-        await stopping.wait()
-        await proxy.stop()
-        lifecycle.info("stopped: %s", proxy.summary())
-        return 0
+        yield
     finally:
         trimmer.stop()
         descriptors.stop()
-        remove_ready_file(config.ready_file)
+
+
+async def _serve_until_stopped(
+    config: Config, proxy: Proxy, stopping: asyncio.Event, started: Callable[[], None] | None
+) -> int:
+    """Say the proxy is ready, serve until a stop signal, drain, and return the exit code."""
+    if config.ready_file is not None and not write_ready_file(config.ready_file):
+        await proxy.stop(grace=0)
+        return 1
+    _warn_about_settings(config, proxy)
+    lifecycle.info("listening on %s -> %s", proxy.listen_address, config.upstream.display)
+    if proxy.admin is not None:
+        lifecycle.info("admin endpoint on %s: /healthz /readyz /metrics", proxy.admin.address)
+    if started is not None:
+        started()
+    await stopping.wait()
+    await proxy.stop()
+    lifecycle.info("stopped: %s", proxy.summary())
+    return 0
+
+
+def _warn_about_settings(config: Config, proxy: Proxy) -> None:
+    """Warn of the settings that put the upstream at risk, before the listening line."""
+    if not config.listen.is_loopback:
+        log.warning(
+            "listen address %s is not loopback and h2ping has no authentication: "
+            "anyone who can reach it can use your upstream",
+            proxy.listen_address,
+        )
+    if config.insecure_skip_verify:
+        log.warning("insecure-skip-verify is on: upstream TLS certificates are NOT checked")
 
 
 def _serve_worker(
     config: Config, sock: socket.socket, started: Callable[[], None], links: Links | None
 ) -> int:
+    """A forked worker's life: its own log setup, then :func:`serve` on the parent's socket."""
     setup_logging(config)  # the worker's own name in its lines
     return _run(serve(config, sock, started, links))
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:
+    """Run ``coro`` on uvloop where it is installed, else on asyncio's own loop."""
     try:
         import uvloop
     except ImportError:
@@ -228,6 +272,7 @@ def _run_workers(config: Config) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command: parse the flags, set up logging, serve; returns the exit code."""
     args = sys.argv[1:] if argv is None else list(argv)
     prog = os.path.basename(sys.argv[0]) if argv is None else "h2ping"
     if prog in ("__main__.py", "-c"):
@@ -253,11 +298,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Each in-flight request holds a client socket; a process-wide choice, so here
     # and not in Proxy, which other programs embed.
     raise_nofile_limit()
+    _log_flag_notes(command_line)
+    return _serve_to_exit_code(config)
+
+
+def _log_flag_notes(command_line: CommandLine) -> None:
+    """Log the parser's notes on the flags and the Go runtime variables ignored here."""
     for note in command_line.notes:
         log.warning("%s", note)
     ignored = [name for name in _GO_RUNTIME_ENV if os.environ.get(name)]
     if ignored:
         log.info("ignoring %s: Go runtime settings, meaningless here", " and ".join(ignored))
+
+
+def _serve_to_exit_code(config: Config) -> int:
+    """Serve in one process or as workers and return the exit code, also when something escapes."""
     try:
         if config.workers > 1:
             return _run_workers(config)

@@ -1,5 +1,8 @@
-"""``/metrics``: the Prometheus text exposition format (version 0.0.4), written by
-hand from a :class:`Snapshot` of a proxy's counters and gauges.
+"""``/metrics``: the Prometheus text exposition format (version 0.0.4), written from
+a :class:`Snapshot` of a proxy's counters and gauges.
+
+:data:`METRICS` lists the families in the order written, one :class:`MetricSpec`
+each (name, type, help, labels, how to read the samples); :func:`render` writes them.
 
 A snapshot is a copy, taken at one moment, of what one proxy owns; snapshots add
 up, so that with ``--workers N`` worker 1 reports the sum of every worker's. The
@@ -12,8 +15,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Iterable
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, Protocol, TypeVar
 
 from .._version import __version__
 from ..config import Config
@@ -21,6 +24,8 @@ from ..forward.retry import RetryBudget
 from ..http2.engine import fastpaths
 from ..stats import Histogram, Stats
 from .lag import LagMonitor
+
+_T = TypeVar("_T")
 
 
 class Observed(Protocol):
@@ -131,10 +136,12 @@ class Metrics:
 
 
 def _escape(value: str) -> str:
+    """A label value as the text format quotes it."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _number(value: float) -> str:
+    """A sample value as the text format writes it (``+Inf`` for infinity)."""
     if isinstance(value, int):
         return str(value)
     if math.isinf(value):
@@ -142,51 +149,70 @@ def _number(value: float) -> str:
     return repr(value)
 
 
-def render(
-    snapshot: Snapshot, config: Config, instance: str, workers: Workers | None = None
-) -> str:
-    """The exposition text of ``snapshot``; ``workers`` when it is a sum over them."""
-    stats = snapshot.stats
-    lines: list[str] = []
+@dataclasses.dataclass(frozen=True)
+class Scrape:
+    """What one rendering reads: the numbers, the settings, and whose they are."""
 
-    def family(name: str, kind: str, text: str, samples: Iterable[tuple[str, float]]) -> None:
-        lines.append(f"# HELP {name} {text}")
-        lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            lines.append(f"{name}{labels} {_number(value)}")
+    snapshot: Snapshot
+    config: Config
+    instance: str
+    workers: Workers | None  # when the snapshot is a sum over workers
 
-    def counter(name: str, text: str, value: int) -> None:
-        family(f"h2ping_{name}_total", "counter", text, [("", value)])
+    @property
+    def stats(self) -> Stats:
+        """The counters, which most families read."""
+        return self.snapshot.stats
 
-    def histogram(name: str, text: str, series: dict[str, Histogram]) -> None:
-        """One family; ``series`` maps a label set (``outcome="ok"``, or "") to its data."""
-        samples: list[tuple[str, float]] = []
-        for labels, data in series.items():
-            prefix = labels + "," if labels else ""
-            samples += [
-                (f'_bucket{{{prefix}le="{_number(bound)}"}}', n) for bound, n in data.cumulative()
-            ]
-            braced = f"{{{labels}}}" if labels else ""
-            samples += [(f"_sum{braced}", data.total), (f"_count{braced}", data.count)]
-        family(f"h2ping_{name}", "histogram", text, samples)
 
-    info = {"version": __version__, "upstream": str(config.upstream), "instance": instance}
-    family(
-        "h2ping_info",
-        "gauge",
-        "Always 1; the labels describe this proxy.",
-        [("{" + ",".join(f'{k}="{_escape(v)}"' for k, v in info.items()) + "}", 1)],
+MetricType = Literal["counter", "gauge", "histogram"]
+
+#: One family's samples: each a tuple of label values (in the order of the spec's
+#: ``labels``) and its number, or its histogram.
+Samples = Iterable[tuple[tuple[str, ...], float | Histogram]]
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricSpec:
+    """One family of ``/metrics``: its name, type, help, labels and how to read it."""
+
+    name: str  # as exposed, ``_total`` included
+    type: MetricType
+    #: The text, or a function of the settings for a text that quotes one.
+    help: str | Callable[[Config], str]
+    read: Callable[[Scrape], Samples]
+    labels: tuple[str, ...] = ()
+    #: The flag without which the family is left out (see ``_PRESENT``); None: always there.
+    only_with: str | None = None
+
+    def help_for(self, config: Config) -> str:
+        """The HELP text as written for ``config``."""
+        return self.help if isinstance(self.help, str) else self.help(config)
+
+
+def _one(read: Callable[[Scrape], float | Histogram]) -> Callable[[Scrape], Samples]:
+    """A family of one sample, without labels."""
+    return lambda scrape: [((), read(scrape))]
+
+
+def _by(read: Callable[[Scrape], Mapping[str, float | Histogram]]) -> Callable[[Scrape], Samples]:
+    """A family of one label: a sample per key of the mapping, in its order."""
+    return lambda scrape: [((key,), value) for key, value in read(scrape).items()]
+
+
+def _counter(name: str, text: str, field: str, only_with: str | None = None) -> MetricSpec:
+    """``h2ping_<name>_total``: the :class:`Stats` counter ``field``."""
+    return MetricSpec(
+        f"h2ping_{name}_total",
+        "counter",
+        text,
+        _one(lambda scrape: getattr(scrape.stats, field)),
+        only_with=only_with,
     )
-    if workers is not None:
-        family("h2ping_workers", "gauge", "Worker processes (-workers).",
-               [("", workers.configured)])  # fmt: skip
-        family(
-            "h2ping_workers_reporting",
-            "gauge",
-            "Workers whose numbers are in this scrape; the others did not answer in time.",
-            [("", workers.reporting)],
-        )
-    outcomes = {
+
+
+def _outcomes(stats: Stats) -> dict[str, int]:
+    """Ended requests by outcome, in the order of ``requests_total``."""
+    return {
         "ok": stats.completed,
         "failed": stats.failed,
         "aborted": stats.aborted,
@@ -194,93 +220,216 @@ def render(
         "rejected": stats.rejected,
         "cut_at_shutdown": stats.cut_at_shutdown,
     }
-    family(
+
+
+def _status_classes(scrape: Scrape) -> dict[str, int]:
+    """Every class from 1xx to 5xx, 0 where none was sent, sorted."""
+    classes = dict.fromkeys(("1xx", "2xx", "3xx", "4xx", "5xx"), 0)
+    classes.update(scrape.stats.responses)
+    return dict(sorted(classes.items()))
+
+
+def _connection_states(scrape: Scrape) -> dict[str, int]:
+    """open and draining even when 0, then any other state; sorted."""
+    states = {"open": 0, "draining": 0}
+    states.update(scrape.snapshot.connections)
+    return dict(sorted(states.items()))
+
+
+def _info(scrape: Scrape) -> Samples:
+    """One sample, 1, whose labels say which proxy this is."""
+    return [((__version__, str(scrape.config.upstream), scrape.instance), 1)]
+
+
+def _given(value: _T | None) -> _T:
+    """A value the family's ``only_with`` guarantees is there."""
+    assert value is not None
+    return value
+
+
+#: Whether a family with that ``only_with`` is written.
+_PRESENT: dict[str, Callable[[Scrape], bool]] = {
+    "-workers": lambda scrape: scrape.workers is not None,
+    "-loop-lag-interval": lambda scrape: scrape.snapshot.lag is not None,
+    "-access-log": lambda scrape: scrape.config.access_log is not None,
+}
+
+#: Every family of ``/metrics``, in the order written.
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "h2ping_info",
+        "gauge",
+        "Always 1; the labels describe this proxy.",
+        _info,
+        labels=("version", "upstream", "instance"),
+    ),
+    MetricSpec(
+        "h2ping_workers",
+        "gauge",
+        "Worker processes (-workers).",
+        _one(lambda scrape: _given(scrape.workers).configured),
+        only_with="-workers",
+    ),
+    MetricSpec(
+        "h2ping_workers_reporting",
+        "gauge",
+        "Workers whose numbers are in this scrape; the others did not answer in time.",
+        _one(lambda scrape: _given(scrape.workers).reporting),
+        only_with="-workers",
+    ),
+    MetricSpec(
         "h2ping_requests_total",
         "counter",
         "Requests that ended, by outcome: ok; failed (answered 502); aborted (cut after "
         "the response began); cancelled (the client left); rejected (malformed HTTP/1.1); "
         "cut_at_shutdown (unfinished when the shutdown grace ran out).",
-        [(f'{{outcome="{k}"}}', v) for k, v in outcomes.items()],
-    )
-    histogram(
-        "request_duration_seconds",
+        _by(lambda scrape: _outcomes(scrape.stats)),
+        labels=("outcome",),
+    ),
+    MetricSpec(
+        "h2ping_request_duration_seconds",
+        "histogram",
         "From a request's head received to the last byte sent to the client, by outcome.",
-        {f'outcome="{k}"': stats.request_duration[k] for k in outcomes},
-    )
-    histogram(
-        "upstream_headers_seconds",
+        _by(lambda scrape: {k: scrape.stats.request_duration[k] for k in _outcomes(scrape.stats)}),
+        labels=("outcome",),
+    ),
+    MetricSpec(
+        "h2ping_upstream_headers_seconds",
+        "histogram",
         "From a request sent upstream to its response headers (the upstream's time to first byte).",
-        {"": stats.upstream_headers},
-    )
-    family(
+        _one(lambda scrape: scrape.stats.upstream_headers),
+    ),
+    MetricSpec(
         "h2ping_requests_in_flight",
         "gauge",
         "Requests received and not yet finished.",
-        [("", snapshot.in_flight)],
-    )
-    classes = dict.fromkeys(("1xx", "2xx", "3xx", "4xx", "5xx"), 0)
-    classes.update(stats.responses)
-    family(
+        _one(lambda scrape: scrape.snapshot.in_flight),
+    ),
+    MetricSpec(
         "h2ping_responses_total",
         "counter",
         "Responses sent to clients, by status class.",
-        [(f'{{status_class="{_escape(k)}"}}', v) for k, v in sorted(classes.items())],
-    )
-    states = {"open": 0, "draining": 0}
-    states.update(snapshot.connections)
-    family(
+        _by(_status_classes),
+        labels=("status_class",),
+    ),
+    MetricSpec(
         "h2ping_upstream_connections",
         "gauge",
         "Upstream HTTP/2 connections by state (draining: after GOAWAY or retirement).",
-        [(f'{{state="{_escape(k)}"}}', v) for k, v in sorted(states.items())],
-    )
-    counter("upstream_connections_opened", "Upstream connections opened.",
-            stats.connections_opened)  # fmt: skip
-    counter("pings_sent", "HTTP/2 PINGs sent to the upstream.", stats.pings_sent)
-    counter("ping_acks", "PING ACKs received from the upstream.", stats.ping_acks)
-    histogram("ping_rtt_seconds", "Round-trip time of acknowledged PINGs.", {"": stats.ping_rtt})
-    if snapshot.lag is not None:
-        histogram(
-            "event_loop_lag_seconds",
-            f"How late a {config.loop_lag_interval:g}s tick of the event loop ran.",
-            {"": snapshot.lag},
-        )
-    counter("ping_timeouts", "Upstream connections declared dead: silent after a PING.",
-            stats.ping_timeouts)  # fmt: skip
-    counter("goaways", "GOAWAY frames received from the upstream.", stats.goaways)
-    counter("too_many_pings", "GOAWAY(ENHANCE_YOUR_CALM, too_many_pings) received: the "
-            "upstream's PING policy; each doubles the PING interval of new connections, "
-            "up to 300s.", stats.too_many_pings)  # fmt: skip
-    counter("replays", "Refused requests sent again on another connection.", stats.replays)
-    counter("replays_refused_for_size",
-            "Refused requests not replayed because their body had not been kept.",
-            stats.replays_refused_for_size)  # fmt: skip
-    counter("unkept_bodies", "Bodies streamed without a replay guarantee "
-            "(max-buffered-bytes reached).", stats.unkept_bodies)  # fmt: skip
-    counter("retired_connections", "Connections retired by max-conn-age.", stats.retired)
-    family(
+        _by(_connection_states),
+        labels=("state",),
+    ),
+    _counter("upstream_connections_opened", "Upstream connections opened.", "connections_opened"),
+    _counter("pings_sent", "HTTP/2 PINGs sent to the upstream.", "pings_sent"),
+    _counter("ping_acks", "PING ACKs received from the upstream.", "ping_acks"),
+    MetricSpec(
+        "h2ping_ping_rtt_seconds",
+        "histogram",
+        "Round-trip time of acknowledged PINGs.",
+        _one(lambda scrape: scrape.stats.ping_rtt),
+    ),
+    MetricSpec(
+        "h2ping_event_loop_lag_seconds",
+        "histogram",
+        lambda config: f"How late a {config.loop_lag_interval:g}s tick of the event loop ran.",
+        _one(lambda scrape: _given(scrape.snapshot.lag)),
+        only_with="-loop-lag-interval",
+    ),
+    _counter(
+        "ping_timeouts",
+        "Upstream connections declared dead: silent after a PING.",
+        "ping_timeouts",
+    ),
+    _counter("goaways", "GOAWAY frames received from the upstream.", "goaways"),
+    _counter(
+        "too_many_pings",
+        "GOAWAY(ENHANCE_YOUR_CALM, too_many_pings) received: the upstream's PING policy; "
+        "each doubles the PING interval of new connections, up to 300s.",
+        "too_many_pings",
+    ),
+    _counter("replays", "Refused requests sent again on another connection.", "replays"),
+    _counter(
+        "replays_refused_for_size",
+        "Refused requests not replayed because their body had not been kept.",
+        "replays_refused_for_size",
+    ),
+    _counter(
+        "unkept_bodies",
+        "Bodies streamed without a replay guarantee (max-buffered-bytes reached).",
+        "unkept_bodies",
+    ),
+    _counter("retired_connections", "Connections retired by max-conn-age.", "retired"),
+    MetricSpec(
         "h2ping_retry_buffer_bytes",
         "gauge",
         "Request body bytes kept for a possible replay right now.",
-        [("", stats.retry_buffer_bytes)],
-    )
-    family(
+        _one(lambda scrape: scrape.stats.retry_buffer_bytes),
+    ),
+    MetricSpec(
         "h2ping_retry_buffer_limit_bytes",
         "gauge",
         "max-buffered-bytes: the cap on retry_buffer_bytes.",
-        [("", snapshot.retry_buffer_limit)],
-    )
-    family(
+        _one(lambda scrape: scrape.snapshot.retry_buffer_limit),
+    ),
+    MetricSpec(
         "h2ping_fast_path",
         "gauge",
         "1 where a fast path is taken; 0 where its probe found the installed h2 or "
         "hpack changed, and plain h2/hpack does the work (slower). Over workers: the least.",
-        [(f'{{path="{_escape(k)}"}}', v) for k, v in sorted(snapshot.fast_paths.items())],
-    )
-    if config.access_log is not None:
-        counter("access_log_dropped", "Access-log lines lost: the writer fell behind "
-                "(a slow disk) or could not write.", stats.access_log_dropped)  # fmt: skip
-    counter("descriptor_shortages", "Times no file descriptor was free: a client turned "
-            "away, or a once-a-second check that found all in use.",
-            stats.descriptor_shortages)  # fmt: skip
+        _by(lambda scrape: dict(sorted(scrape.snapshot.fast_paths.items()))),
+        labels=("path",),
+    ),
+    _counter(
+        "access_log_dropped",
+        "Access-log lines lost: the writer fell behind (a slow disk) or could not write.",
+        "access_log_dropped",
+        only_with="-access-log",
+    ),
+    _counter(
+        "descriptor_shortages",
+        "Times no file descriptor was free: a client turned away, or a once-a-second "
+        "check that found all in use.",
+        "descriptor_shortages",
+    ),
+)
+
+
+def family_names() -> tuple[str, ...]:
+    """The name of every family :data:`METRICS` can write, in order."""
+    return tuple(spec.name for spec in METRICS)
+
+
+def render(
+    snapshot: Snapshot, config: Config, instance: str, workers: Workers | None = None
+) -> str:
+    """The exposition text of ``snapshot``; ``workers`` when it is a sum over them."""
+    scrape = Scrape(snapshot, config, instance, workers)
+    lines: list[str] = []
+    for spec in METRICS:
+        if spec.only_with is None or _PRESENT[spec.only_with](scrape):
+            _write(spec, scrape, lines)
     return "\n".join(lines) + "\n"
+
+
+def _write(spec: MetricSpec, scrape: Scrape, lines: list[str]) -> None:
+    """Append one family to ``lines``: HELP, TYPE, then its samples."""
+    name = spec.name
+    lines.append(f"# HELP {name} {spec.help_for(scrape.config)}")
+    lines.append(f"# TYPE {name} {spec.type}")
+    for values, value in spec.read(scrape):
+        labels = [f'{k}="{_escape(v)}"' for k, v in zip(spec.labels, values, strict=True)]
+        if not isinstance(value, Histogram):
+            lines.append(f"{name}{_braced(labels)} {_number(value)}")
+            continue
+        prefix = "".join(label + "," for label in labels)  # the bucket's labels before le
+        lines += [
+            f'{name}_bucket{{{prefix}le="{_number(bound)}"}} {n}' for bound, n in value.cumulative()
+        ]
+        braced = _braced(labels)
+        lines.append(f"{name}_sum{braced} {_number(value.total)}")
+        lines.append(f"{name}_count{braced} {value.count}")
+
+
+def _braced(labels: list[str]) -> str:
+    """``{a="1",b="2"}``, or nothing without labels."""
+    return "{" + ",".join(labels) + "}" if labels else ""
