@@ -531,7 +531,7 @@ def select_runs(
 def _say_runs(
     path: Path, runs: list[recorded.RecordedRun], left: list[recorded.RecordedRun]
 ) -> None:
-    print(f"read {path}: {len(runs)} runs with goal rows")
+    print(f"read {_shown(path)}: {len(runs)} runs with goal rows")
     for run in runs:
         counted = sum(row.get("ratio") is not None for row in run.rows())
         source = "goals table" if run.goals_table is not None else "scenario tables"
@@ -581,8 +581,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             written = draw_history(runs, args.out, args.png)
     for path in written:
-        print(f"wrote {path}")
+        print(f"wrote {_shown(path)}")
     return 0
+
+
+def _shown(path: Path) -> Path:
+    """``path`` relative to the working directory when it is under it."""
+    try:
+        return path.resolve().relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 if __name__ == "__main__":
