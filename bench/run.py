@@ -83,7 +83,7 @@ def check_tools() -> tuple[list[str], list[str]]:
         fatal.append(f"python modules {modules}")
         print(
             f"missing python modules {modules}: run with the project's venv, "
-            "and pip install trustme",
+            "and pip install -e '.[bench]'",
             file=sys.stderr,
         )
     if optional and not fatal:
@@ -98,7 +98,7 @@ def baseline_available() -> bool:
     missing = [m for m in ("httpx", "h2", "aiohttp") if importlib.util.find_spec(m) is None]
     if missing:
         print(
-            f"note: baseline peer skipped, missing {missing} (pip install 'httpx[http2]' aiohttp)",
+            f"note: baseline peer skipped, missing {missing} (pip install -e '.[bench]')",
             file=sys.stderr,
         )
     return not missing
