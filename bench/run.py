@@ -1,6 +1,7 @@
-"""Benchmark h2ping against its peers in one run; prints a table, writes JSON.
+"""Benchmark h2ping against its peers in one run; prints a table, writes JSON and,
+with matplotlib installed, a chart of the goals table beside it (bench/charts.py).
 
-    python bench/run.py [--quick] [--scenarios small_50,latency_1] [--out FILE]
+    python bench/run.py [--quick] [--scenarios small_50,latency_1] [--out FILE] [--png]
 
 See bench/README.md for what each scenario measures.
 """
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +83,7 @@ def check_tools() -> tuple[list[str], list[str]]:
         fatal.append(f"python modules {modules}")
         print(
             f"missing python modules {modules}: run with the project's venv, "
-            "and pip install trustme",
+            "and pip install -e '.[bench]'",
             file=sys.stderr,
         )
     if optional and not fatal:
@@ -96,7 +98,7 @@ def baseline_available() -> bool:
     missing = [m for m in ("httpx", "h2", "aiohttp") if importlib.util.find_spec(m) is None]
     if missing:
         print(
-            f"note: baseline peer skipped, missing {missing} (pip install 'httpx[http2]' aiohttp)",
+            f"note: baseline peer skipped, missing {missing} (pip install -e '.[bench]')",
             file=sys.stderr,
         )
     return not missing
@@ -118,6 +120,28 @@ def _first_line(argv: list[str]) -> str:
         return "not installed"
     lines = (done.stdout or done.stderr).strip().splitlines()  # nginx -v prints on stderr
     return lines[0] if lines else "?"
+
+
+def _git_commit() -> str | None:
+    """The checkout's commit, ``+`` when files differ from it; None outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(BENCH_DIR), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(BENCH_DIR), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+" if dirty else "")
 
 
 def _loadavg() -> str:
@@ -147,6 +171,7 @@ def environment(peers: list[str]) -> dict[str, Any]:
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": [sys.executable, *sys.argv],
+        "commit": _git_commit(),
         "nproc": os.cpu_count(),
         "cpu_model": cpu,
         "kernel": platform.release(),
@@ -169,6 +194,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--inflight-seconds", type=int, help="override T of the same")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "latest.json")
     parser.add_argument("--keep-tmp", action="store_true", help="keep configs and process logs")
+    parser.add_argument(
+        "--png", action="store_true", help="a PNG chart beside the SVG (both next to --out)"
+    )
     parser.add_argument(
         "--sse-batched",
         action="store_true",
@@ -267,7 +295,28 @@ def main(argv: list[str] | None = None) -> int:
     doc["goals"] = goals.evaluate(doc["scenarios"])
     print_summary(doc)
     write_results(doc, args.out)
+    write_chart(doc, args.out, args.png)
     return code
+
+
+def write_chart(doc: dict[str, Any], out: Path, png: bool = False) -> None:
+    """The goals table as a chart, beside the JSON (``latest.svg``); one line instead
+    when matplotlib is missing. A failure here leaves the run's figures written."""
+    import charts
+
+    if not charts.have_matplotlib():
+        print(f"chart skipped: matplotlib is not installed ({charts.INSTALL_HINT})")
+        return
+    try:
+        written = charts.write_run_chart(doc, out.with_suffix(".svg"), png)
+    except Exception:
+        traceback.print_exc()
+        print("chart failed (the results above are written)", file=sys.stderr)
+        return
+    if not written:
+        print("chart skipped: no goal row's scenario was run")
+    for path in written:
+        print(f"wrote {path}")
 
 
 def _interrupt(signum: int, frame: object) -> None:
