@@ -244,8 +244,9 @@ def default_is(name: str, documented: str) -> bool:
 def test_flags_tables_match_the_program(page: Path, heading: str, argv: list[str]) -> None:
     table = documented_flags(page, heading)
     listed = help_flags(*argv)
-    assert not listed - table.keys(), f"in --help, not in {rel(page)}'s table"
-    assert not table.keys() - listed, f"in {rel(page)}'s table, not a flag of the program"
+    missing, unknown = sorted(listed - table.keys()), sorted(table.keys() - listed)
+    assert not missing, f"flags of {' '.join(argv)} missing from {rel(page)}'s table: {missing}"
+    assert not unknown, f"rows of {rel(page)}'s table for no flag of the program: {unknown}"
     wrong = {name: given for name, given in table.items() if not default_is(name, given)}
     assert not wrong, f"defaults in {rel(page)} the program does not have: {wrong}"
 
@@ -306,8 +307,10 @@ async def test_metrics_documented_are_those_emitted(
                 text = await resp.text()
         assert await proc.stop() == 0, proc.output
     emitted, documented = scraped_metrics(text), documented_metrics()
-    assert not emitted.keys() - documented.keys(), "emitted, not in docs/observability.md"
-    assert not documented.keys() - emitted.keys(), "in docs/observability.md, not emitted"
+    undocumented = sorted(emitted.keys() - documented.keys())
+    assert not undocumented, f"families in /metrics, not in docs/observability.md: {undocumented}"
+    absent = sorted(documented.keys() - emitted.keys())
+    assert not absent, f"families in docs/observability.md, not in /metrics: {absent}"
     differ = {name: (documented[name], seen) for name, seen in emitted.items()
               if documented[name] != seen}  # fmt: skip
     assert not differ, f"type or labels differ (documented, emitted): {differ}"
@@ -397,8 +400,11 @@ class Running:
             await asyncio.sleep(0.05)
 
     async def wait(self) -> int:
-        code = await asyncio.wait_for(self.proc.wait(), TIMEOUT)
-        await asyncio.wait_for(self._reader, TIMEOUT)
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), TIMEOUT)
+            await asyncio.wait_for(self._reader, TIMEOUT)
+        except TimeoutError:
+            raise AssertionError(f"still running after {TIMEOUT}s:\n{self.output}") from None
         return code
 
     async def stop(self) -> int:
