@@ -1,6 +1,6 @@
 """The container image, without a container engine: the Dockerfile's install steps are
-the README's, they build a working install in a fresh venv, and its HEALTHCHECK command
-works against a running admin endpoint."""
+those of docs/running.md, they build a working install in a fresh venv, and its
+HEALTHCHECK command works against a running admin endpoint."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ from .conftest import running_proxy
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 README = ROOT / "README.md"
+RUNNING = ROOT / "docs" / "running.md"
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def instructions() -> list[tuple[int, str, str]]:
@@ -57,17 +59,17 @@ def pip_steps() -> list[str]:
     return [cmd for cmd in run_commands() if cmd.startswith("pip ")]
 
 
-def readme_install_steps() -> list[str]:
-    """The first bash block of the README's Container section."""
-    section = README.read_text().split("\n## Container\n", 1)[1].split("\n## ", 1)[0]
+def documented_install_steps() -> list[str]:
+    """The first bash block of the Container section of docs/running.md."""
+    section = RUNNING.read_text().split("\n## Container\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
-    assert block, "no install block in the README's Container section"
+    assert block, "no install block in the Container section of docs/running.md"
     return [ln.strip() for ln in block.group(1).splitlines() if ln.strip()]
 
 
 def test_sections_the_dockerfile_names_exist() -> None:
-    headings = set(re.findall(r"^## (.+)$", README.read_text(), re.MULTILINE))
-    named = re.findall(r"README's \"([^\"]+)\" section", DOCKERFILE.read_text())
+    headings = set(re.findall(r"^## (.+)$", RUNNING.read_text(), re.MULTILINE))
+    named = re.findall(r"docs/running.md's \"([^\"]+)\" section", DOCKERFILE.read_text())
     assert named, "the Dockerfile no longer says where its steps come from"
     assert set(named) <= headings, set(named) - headings
 
@@ -80,7 +82,7 @@ def only(keyword: str, stage: int = 1) -> str:
 def test_dockerfile_installs_as_the_readme_says() -> None:
     steps = pip_steps()
     assert [s.split()[:2] for s in steps] == [["pip", "wheel"], ["pip", "install"]], steps
-    assert steps == readme_install_steps()
+    assert steps == documented_install_steps()
     # The wheel is built in the first stage and only installed in the second.
     assert [c for c in run_commands(0) if c.startswith("pip ")] == steps[:1]
     assert [c for c in run_commands(1) if c.startswith("pip ")] == steps[1:]
@@ -104,7 +106,7 @@ def test_final_image_shape() -> None:
 
 def test_every_h2ping_variable_named_is_a_setting() -> None:
     known = {flag.env for flag in _FLAGS}
-    for path in (DOCKERFILE, README):
+    for path in (DOCKERFILE, *DOCS):
         named = set(re.findall(r"\bH2PING_[A-Z_]+[A-Z]\b", path.read_text()))
         assert named - {"H2PING_FLAG"} <= known, (path.name, named - known)
 

@@ -1,5 +1,6 @@
 """The pytest plugin that installing h2ping registers: its entry point, its fixture, and
-the README's example test run in a fresh pytest process as a user's project would."""
+the example tests of docs/testing.md run in a fresh pytest process as a user's project
+would."""
 
 from __future__ import annotations
 
@@ -18,19 +19,20 @@ from .conftest import assert_not_accepting
 
 pytest_plugins = ["pytester"]
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+TESTING = Path(__file__).resolve().parent.parent / "docs" / "testing.md"
 
 
-def readme_example() -> str:
-    """The README's example test: the python block that uses the fixture."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)
-    [example] = [b for b in blocks if "h2ping_proxy_factory" in b and "def test_" in b]
-    return example
+def doc_examples() -> list[str]:
+    """The example tests of docs/testing.md: the python blocks that use the fixture."""
+    blocks = re.findall(r"```python\n(.*?)```", TESTING.read_text(), re.DOTALL)
+    examples = [b for b in blocks if "h2ping_proxy_factory" in b and "def test_" in b]
+    assert examples, "no example test in docs/testing.md"
+    return examples
 
 
-def readme_pytest_config() -> str:
-    """The pytest configuration the README asks a user's project to have."""
-    blocks = re.findall(r"```toml\n(.*?)```", README.read_text(), re.DOTALL)
+def doc_pytest_config() -> str:
+    """The pytest configuration docs/testing.md asks a user's project to have."""
+    blocks = re.findall(r"```toml\n(.*?)```", TESTING.read_text(), re.DOTALL)
     [config] = [b for b in blocks if "[tool.pytest.ini_options]" in b]
     return config
 
@@ -41,17 +43,18 @@ def test_entry_point_is_registered() -> None:
     assert callable(entry.load().h2ping_proxy_factory)
 
 
-def test_readme_example_passes_in_a_users_project(pytester: pytest.Pytester) -> None:
-    pytester.makepyprojecttoml(readme_pytest_config())
-    pytester.makepyfile(test_readme_example=readme_example())
+def test_doc_examples_pass_in_a_users_project(pytester: pytest.Pytester) -> None:
+    examples = doc_examples()
+    pytester.makepyprojecttoml(doc_pytest_config())
+    pytester.makepyfile(**{f"test_doc_example_{i}": text for i, text in enumerate(examples)})
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, warnings=0)
+    result.assert_outcomes(passed=len(examples), warnings=0)
     output = "\n".join(result.outlines + result.errlines)
     assert "Warning" not in output, output
 
 
 def test_the_fixture_comes_from_the_plugin(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_readme_example=readme_example())
+    pytester.makepyfile(test_doc_example=doc_examples()[0])
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:h2ping")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*fixture 'h2ping_proxy_factory' not found*"])

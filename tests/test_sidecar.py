@@ -300,7 +300,7 @@ EXIT_CODES = [
     pytest.param(["-insecure-skip-verify", "false"], _BASE, RUNS, RUNS, id="bool-then-word"),
     pytest.param(["stray", "-foo"], _BASE, RUNS, RUNS, id="positional-ends-flags"),
     pytest.param(["-upstream", "https://u:p@127.0.0.1:9/v1"], _BASE, RUNS, RUNS, id="creds"),
-    # Deliberate differences, each documented in the README:
+    # Deliberate differences, each documented in docs/go-binary.md:
     # h2ping's additions to the Go flag set;
     pytest.param(["-version"], _BASE, 0, 2, id="version"),
     pytest.param(["-workers", "2"], _BASE, RUNS, 2, id="workers"),
