@@ -2,7 +2,7 @@
 # h2ping as a container sidecar:  docker build -t h2ping .
 #
 # The two pip commands are the steps in docs/running.md's "Container" section, word for word;
-# tests/test_container.py checks that and runs them in a fresh venv.
+# tests/integration/test_container.py checks that and runs them in a fresh venv.
 
 # --- build: turn the source into a wheel --------------------------------------------
 FROM python:3.11-slim AS build

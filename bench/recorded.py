@@ -37,7 +37,7 @@ NUMBERED = {
 
 # Per kind of table (report.COLUMNS' keys, and "inflight"): the column headers read
 # back, and the key of the figure each shows unchanged. Enough for every goal's
-# figures and the peers' ratios; tests/test_bench_charts.py holds it to report.py.
+# figures and the peers' ratios; tests/bench/test_bench_charts.py holds it to report.py.
 METRICS: dict[str, dict[str, str]] = {
     "small_50": {"req/s": "req_per_s", "CPU us/req": "cpu_us_per_req"},
     "latency_1": {

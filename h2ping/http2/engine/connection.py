@@ -49,7 +49,7 @@ this process (:mod:`.fastpaths`):
   ``_receive_headers_frame`` and ``receive_data`` do; with ``stream_faults`` its
   streams are :class:`_UncheckedStream`; off, h2 takes every HEADERS frame.
 
-tests/test_stream_faults.py covers each fault; the engine's differential tests
+tests/integration/test_stream_faults.py covers each fault; the engine's differential tests
 hold the fast paths to what h2 itself does, event for event and byte for byte.
 """
 

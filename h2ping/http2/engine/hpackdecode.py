@@ -20,7 +20,7 @@ decoder's ``_decode_indexed``, ``_update_encoding_context`` and
 ``_assert_valid_table_size`` and its table's ``get_by_index`` and ``add``:
 h2ping's ``hpack`` fast path, taken only where its probe
 (:func:`.probes.hpack`) passed.
-tests/test_hpackdecode.py decodes the same blocks with both and compares
+tests/unit/test_hpackdecode.py decodes the same blocks with both and compares
 the headers and the dynamic table after each block.
 """
 

@@ -8,7 +8,7 @@ functions in the ``copies`` column between the release named in ``since`` and
 the new one, and run the tests of the engine (docs: "Moving to a new h2").
 
 Nothing outside :mod:`h2ping.http2.engine` uses any of these, and
-``tests/test_layers.py`` holds it so. ``renamed_in`` names the modules a release
+``tests/unit/test_layers.py`` holds it so. ``renamed_in`` names the modules a release
 renaming the name would touch: the fallback tests rename it there, as such a
 release might, and check that the proxy still forwards with the paths of this
 row off. An empty ``renamed_in`` marks a name that no rename can stand for

@@ -1,0 +1,338 @@
+"""The process as launchers see it: startup line, ready file, exit codes, signals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from ..conftest import (
+    TLSFiles,
+    assert_not_accepting,
+    free_port,
+    read_body,
+    run_hypercorn,
+    wait_for_port,
+)
+from ..launcher import H2PING_SIDECAR, launch
+
+# The loop here only runs the test's clients; the process under test picks its own.
+pytestmark = pytest.mark.asyncio(loop_factories=["uvloop"])
+
+
+@asynccontextmanager
+async def h2ping_process(
+    *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "h2ping",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+def proxy_flags(port: int, upstream: str, tls: TLSFiles) -> list[str]:
+    return ["-listen", f"127.0.0.1:{port}", "-upstream", upstream, "-ca-file", tls.ca_file]
+
+
+async def read_line_with(proc: asyncio.subprocess.Process, needle: str, timeout: float = 10) -> str:
+    assert proc.stderr is not None
+    async with asyncio.timeout(timeout):
+        while True:
+            line = (await proc.stderr.readline()).decode()
+            if not line:
+                raise AssertionError(f"process ended before printing {needle!r}")
+            if needle in line:
+                return line
+
+
+async def lines_until(proc: asyncio.subprocess.Process, needle: str) -> list[str]:
+    """Every stderr line up to and including the first with ``needle``."""
+    assert proc.stderr is not None
+    lines: list[str] = []
+    async with asyncio.timeout(10):
+        while not lines or needle not in lines[-1]:
+            line = (await proc.stderr.readline()).decode()
+            if not line:
+                raise AssertionError(f"process ended before printing {needle!r}: {lines}")
+            lines.append(line.rstrip("\n"))
+    return lines
+
+
+async def test_bad_flag_exits_2_with_one_line() -> None:
+    async with h2ping_process("-upstream", "https://x", "-ping-interval", "soon") as proc:
+        _, stderr = await asyncio.wait_for(proc.communicate(), 10)
+    assert proc.returncode == 2
+    lines = stderr.decode().strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "-ping-interval" in lines[0] and "soon" in lines[0]
+
+
+async def test_help_exits_0() -> None:
+    async with h2ping_process("--help") as proc:
+        stdout, _ = await asyncio.wait_for(proc.communicate(), 10)
+    assert proc.returncode == 0
+    assert b"-upstream" in stdout and b"-ping-interval" in stdout
+
+
+async def test_port_in_use_exits_1_with_message() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        async with h2ping_process(
+            "-listen", f"127.0.0.1:{port}", "-upstream", "https://127.0.0.1:1"
+        ) as proc:
+            _, stderr = await asyncio.wait_for(proc.communicate(), 10)
+    assert proc.returncode == 1
+    [line] = stderr.decode().strip().splitlines()
+    assert line.endswith(
+        f"ERROR h2ping 127.0.0.1: cannot bind 127.0.0.1:{port}: address already in use"
+    )
+
+
+async def test_non_loopback_warning_comes_before_the_listening_line() -> None:
+    port = free_port()
+    async with h2ping_process(
+        "-listen", f"0.0.0.0:{port}", "-upstream", "https://upstream.example", "-name", "genrm"
+    ) as proc:
+        warning = await read_line_with(proc, "h2ping genrm:")
+        line = await read_line_with(proc, "h2ping genrm:")
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    assert f"WARNING h2ping genrm: listen address 0.0.0.0:{port} is not loopback" in warning
+    assert f"INFO h2ping genrm: listening on 0.0.0.0:{port} -> https://upstream.example" in line
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+async def test_start_and_stop_lines_at_every_log_level(log_format: str) -> None:
+    """With -log-level error a log must still show the proxy ran and how it ended."""
+    port = free_port()
+    async with h2ping_process(
+        "-listen", f"127.0.0.1:{port}", "-upstream", "https://upstream.example",
+        "-log-level", "error", "-log-format", log_format,
+    ) as proc:  # fmt: skip
+        await read_line_with(proc, "listening on")
+        proc.send_signal(signal.SIGTERM)
+        _, rest = await asyncio.wait_for(proc.communicate(), 10)
+    assert proc.returncode == 0
+    lines = rest.decode().splitlines()
+    if log_format == "json":
+        events = [json.loads(line)["event"] for line in lines]
+    else:
+        events = [line.split(": ", 1)[1] for line in lines]
+    assert events[0] == "SIGTERM: draining 0 in-flight requests (up to 60s)", lines
+    assert events[1].startswith("stopped: requests=0 completed=0"), lines
+    assert len(events) == 2, lines
+
+
+async def test_ipv6_listen_address_in_brackets() -> None:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    async with h2ping_process("-listen", "[::1]:0", "-upstream", "https://[::1]:9") as proc:
+        line = await read_line_with(proc, "listening on")
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    port = int(line.split("listening on [::1]:", 1)[1].split(" ", 1)[0])
+    assert line.rstrip().endswith(f"listening on [::1]:{port} -> https://[::1]:9"), line
+
+
+async def test_notes_and_unknown_variables_are_warned_at_startup() -> None:
+    env = {**os.environ, "H2PING_PING_INTERVL": "30s"}
+    args = ["-listen", "127.0.0.1:0", "-upstream", "https://upstream.example", "-ping-timeout", "0"]
+    async with h2ping_process(*args, env=env) as proc:
+        before = await lines_until(proc, "listening on")
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    warnings = [line.split(": ", 1)[1] for line in before if " WARNING " in line]
+    assert warnings == [
+        "ignoring H2PING_PING_INTERVL: not a setting (see --help for the H2PING_* variables)",
+        "-ping-timeout 0: taken as 15s, the default the Go binary's HTTP/2 transport uses for it",
+    ]
+
+
+async def test_missing_upstream_exits_1_with_one_line() -> None:
+    async with h2ping_process(
+        "-listen", "127.0.0.1:0", env={**os.environ, "H2PING_UPSTREAM": ""}
+    ) as proc:
+        _, stderr = await asyncio.wait_for(proc.communicate(), 10)
+    assert proc.returncode == 1
+    assert stderr.decode().splitlines() == ["python -m h2ping: -upstream is required"]
+
+
+async def test_sigterm_drains_in_flight_request(tls: TLSFiles) -> None:
+    arrived = asyncio.Event()
+
+    async def slow_app(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await read_body(receive)
+        arrived.set()
+        await asyncio.sleep(1.0)
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4")]}
+        )
+        await send({"type": "http.response.body", "body": b"done"})
+
+    port = free_port()
+    async with (
+        run_hypercorn(slow_app, tls) as url,
+        h2ping_process(*proxy_flags(port, url, tls), "-shutdown-grace", "10s") as proc,
+        aiohttp.ClientSession() as session,
+    ):
+        await read_line_with(proc, "listening on")
+        await wait_for_port(port)
+        request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/slow"))
+        await asyncio.wait_for(arrived.wait(), 5)
+        proc.send_signal(signal.SIGTERM)
+        await read_line_with(proc, "draining 1 in-flight")
+        resp = await asyncio.wait_for(request, 10)
+        assert resp.status == 200
+        assert await resp.read() == b"done"
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+        # No longer accepting.
+        await assert_not_accepting(port, "the proxy after shutdown")
+
+
+async def test_grace_expiry_cuts_and_exits_0(tls: TLSFiles) -> None:
+    async def never(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        await read_body(receive)
+        await asyncio.sleep(30)
+
+    port = free_port()
+    async with (
+        run_hypercorn(never, tls) as url,
+        h2ping_process(*proxy_flags(port, url, tls), "-shutdown-grace", "500ms") as proc,
+        aiohttp.ClientSession() as session,
+    ):
+        await read_line_with(proc, "listening on")
+        request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/never"))
+        await asyncio.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+        try:
+            resp = await asyncio.wait_for(request, 5)
+            await resp.read()
+        except aiohttp.ClientError:
+            pass  # cut: exactly what grace expiry means
+        else:
+            raise AssertionError(f"got a clean response {resp.status} after the grace expired")
+
+
+# --- the ready file -------------------------------------------------------------------
+
+
+async def test_ready_file_appears_only_once_the_port_accepts(tmp_path: Path) -> None:
+    port = free_port()
+    ready = tmp_path / "p.ready"
+    launched = await launch(
+        [H2PING_SIDECAR, "-listen", f"127.0.0.1:{port}", "-upstream", "https://127.0.0.1:9",
+         "-ready-file", ready],
+        log=tmp_path / "p.log", ready_file=ready,
+    )  # fmt: skip
+    try:
+        # One try, no polling: a launcher may connect the moment the file is there.
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.close()
+        assert ready.read_text() == f"{launched.pid}\n"
+        assert await launched.terminate() == 0
+        assert not ready.exists()
+    finally:
+        launched.kill()
+
+
+async def never_answers(scope: dict, receive: Any, send: Any) -> None:
+    if scope["type"] == "http":
+        await read_body(receive)
+        await asyncio.sleep(30)
+
+
+async def test_ready_file_removed_when_the_grace_runs_out(tls: TLSFiles, tmp_path: Path) -> None:
+    port = free_port()
+    ready = tmp_path / "p.ready"
+    async with (
+        run_hypercorn(never_answers, tls) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        launched = await launch(
+            [H2PING_SIDECAR, *proxy_flags(port, url, tls), "-shutdown-grace", "500ms",
+             "-ready-file", ready],
+            log=tmp_path / "p.log", ready_file=ready,
+        )  # fmt: skip
+        try:
+            request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/never"))
+            await asyncio.sleep(0.3)
+            launched.proc.send_signal(signal.SIGTERM)
+            assert await launched.wait(10) == 0
+            assert not ready.exists()
+            with pytest.raises(aiohttp.ClientError):
+                await asyncio.wait_for(request, 5)
+        finally:
+            launched.kill()
+    assert "shutdown grace of 0.5s expired" in launched.log_text()
+
+
+async def test_ready_file_removed_on_a_second_signal(tls: TLSFiles, tmp_path: Path) -> None:
+    port = free_port()
+    ready = tmp_path / "p.ready"
+    async with (
+        run_hypercorn(never_answers, tls) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        launched = await launch(
+            [H2PING_SIDECAR, *proxy_flags(port, url, tls), "-ready-file", ready],
+            log=tmp_path / "p.log", ready_file=ready,
+        )  # fmt: skip
+        try:
+            request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/never"))
+            await asyncio.sleep(0.3)
+            launched.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)  # draining, with 60 s of grace
+            assert launched.proc.poll() is None
+            launched.proc.send_signal(signal.SIGTERM)
+            assert await launched.wait(10) == 1
+            assert not ready.exists()
+            request.cancel()
+        finally:
+            launched.kill()
+    assert "second SIGTERM: exiting now" in launched.log_text()
+
+
+async def test_a_ready_file_someone_else_wrote_is_left_alone(tmp_path: Path) -> None:
+    ready = tmp_path / "p.ready"
+    launched = await launch(
+        [H2PING_SIDECAR, "-listen", "127.0.0.1:0", "-upstream", "https://127.0.0.1:9",
+         "-ready-file", ready],
+        log=tmp_path / "p.log", ready_file=ready,
+    )  # fmt: skip
+    try:
+        ready.write_text("999999\n")  # a successor started with the same path
+        assert await launched.terminate() == 0
+        assert ready.read_text() == "999999\n"
+    finally:
+        launched.kill()

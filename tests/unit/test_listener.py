@@ -1,0 +1,379 @@
+"""ClientConnection without sockets: bytes in, a fake transport's bytes out, and a
+handler that records what the connection told it."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from typing import Any, cast
+
+import pytest
+
+from h2ping.http1.listener import ClientConnection, ListenerLimits, ReadState
+from h2ping.http1.messages import Request, ResponseWriter
+from h2ping.stats import Stats
+
+from ..h2fake import FakeTransport
+
+
+class Handler:
+    """Records the calls a request's handler receives."""
+
+    def __init__(self, request: Request, writer: ResponseWriter) -> None:
+        self.request = request
+        self.writer = writer
+        self.events: list[object] = []
+
+    def start(self) -> None:
+        self.events.append("start")
+
+    def feed_body(self, data: bytes) -> None:
+        self.events.append(bytes(data))
+
+    def end_body(self) -> None:
+        self.events.append("end")
+
+    def client_drained(self) -> None:
+        self.events.append("drained")
+
+    def cancel(self) -> None:
+        self.events.append("cancel")
+
+    def reject(self, status: int) -> None:
+        self.events.append(f"reject {status}")
+
+    def answer(self, body: bytes = b"ok") -> None:
+        self.writer.start(200, [(b"content-length", b"%d" % len(body))])
+        self.writer.write(body)
+        self.writer.end()
+
+    def body(self) -> bytes:
+        return b"".join(event for event in self.events if isinstance(event, bytes))
+
+
+class Client:
+    """One ClientConnection over a FakeTransport."""
+
+    def __init__(self, connection: type[ClientConnection] = ClientConnection) -> None:
+        self.handlers: list[Handler] = []
+        self.stats = Stats()
+        self.transport = FakeTransport()
+        self.conn = connection(
+            self._handler, set(), self.stats, ListenerLimits(header_timeout=30, idle_timeout=30)
+        )
+        self.conn.connection_made(self.transport)
+
+    def _handler(self, request: Request, writer: ResponseWriter) -> Handler:
+        handler = Handler(request, writer)
+        self.handlers.append(handler)
+        return handler
+
+    def send(self, data: bytes) -> None:
+        """As the transport hands a read to a buffered protocol."""
+        buffer = self.conn.get_buffer(len(data))
+        buffer[: len(data)] = data
+        self.conn.buffer_updated(len(data))
+
+    async def output(self) -> bytes:
+        """What was written by the end of this loop turn; taken off the transport."""
+        await asyncio.sleep(0)
+        out = bytes(self.transport.written)
+        self.transport.written.clear()
+        return out
+
+
+GET = b"GET /%d HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+async def test_keep_alive_serves_requests_one_after_another() -> None:
+    client = Client()
+    for i in range(3):
+        client.send(GET % i)
+        handler = client.handlers[-1]
+        assert handler.events == ["start", "end"]
+        assert handler.request.target == b"/%d" % i
+        assert client.conn.state is ReadState.BETWEEN
+        handler.answer(b"r%d" % i)
+        assert await client.output() == b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nr%d" % i
+    assert not client.transport.is_closing()
+    assert (client.stats.requests, client.stats.rejected) == (3, 0)
+    assert client.conn.idle
+
+
+async def test_connection_close_closes_after_the_response() -> None:
+    client = Client()
+    client.send(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    client.handlers[0].answer()
+    assert (await client.output()).endswith(b"connection: close\r\n\r\nok")
+    assert client.transport.closed
+    assert client.conn.state is ReadState.CLOSED
+
+
+async def test_pipelined_requests_wait_their_turn_with_reading_paused() -> None:
+    client = Client()
+    client.send(GET % 1 + GET % 2)
+    first, second = client.handlers
+    assert (first.events, second.events) == (["start", "end"], ["end"])
+    assert not client.transport.reading
+    first.answer(b"r1")
+    assert second.events == ["end", "start"]  # its turn: now it may answer
+    assert client.transport.reading
+    second.answer(b"r2")
+    out = await client.output()
+    assert out.index(b"r1") < out.index(b"r2")
+
+
+async def test_malformed_head_is_answered_400_and_closed() -> None:
+    client = Client()
+    client.send(b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n")
+    out = await client.output()
+    assert out.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert b"connection: close" in out
+    assert (client.handlers, client.transport.closed) == ([], True)
+    assert (client.stats.requests, client.stats.rejected, client.stats.responses["4xx"]) == (
+        1,
+        1,
+        1,
+    )
+
+
+async def test_oversized_head_is_answered_431() -> None:
+    client = Client()
+    client.send(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000)
+    assert (await client.output()).startswith(b"HTTP/1.1 431 ")
+    assert client.transport.closed
+
+
+async def test_rejection_waits_for_the_responses_before_it() -> None:
+    client = Client()
+    client.send(GET % 1 + b"NOT HTTP\r\n\r\n")
+    assert client.conn.state is ReadState.REJECTED
+    assert await client.output() == b""  # the first request is still being answered
+    client.handlers[0].answer()
+    out = await client.output()
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"HTTP/1.1 400 Bad Request\r\n" in out
+    assert client.transport.closed
+
+
+def answered_at_once(client: Client) -> None:
+    """Requests answered, with a close, from the handler's start (an exchange
+    that fails without an upstream does so)."""
+    make = client.conn._factory
+
+    def factory(request: Request, writer: ResponseWriter) -> Handler:
+        handler = cast(Handler, make(request, writer))
+        handler.start = lambda: writer.send_error(502, "no upstream")  # type: ignore[method-assign]
+        return handler
+
+    client.conn._factory = factory
+
+
+async def test_bad_body_after_the_connection_closed_is_not_answered() -> None:
+    client = Client()
+    answered_at_once(client)
+    # The 502 closes the connection while llhttp goes on to the bad chunk.
+    client.send(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    assert (await client.output()).startswith(b"HTTP/1.1 502 ")
+    assert client.conn.state is ReadState.CLOSED
+    assert not client.stats.responses  # no 400 counted that was never sent
+    assert client.handlers[0].events == []  # the handler keeps its own outcome
+
+
+async def test_content_length_body_arrives_in_pieces() -> None:
+    client = Client()
+    client.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhe")
+    (handler,) = client.handlers
+    assert client.conn.state is ReadState.BODY
+    client.send(b"llo" + GET % 2)
+    assert (handler.body(), handler.events[-1]) == (b"hello", "end")
+    assert len(client.handlers) == 2  # the next request, after exactly five bytes
+
+
+async def test_chunked_body() -> None:
+    client = Client()
+    client.send(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+    (handler,) = client.handlers
+    assert handler.body() == b"abc"
+    assert client.conn.state is ReadState.BODY
+    client.send(b"2\r\nde\r\n0\r\n\r\n")
+    assert (handler.body(), handler.events[-1]) == (b"abcde", "end")
+    assert client.conn.state is ReadState.BETWEEN
+
+
+async def test_malformed_chunk_rejects_the_request_being_read() -> None:
+    client = Client()
+    client.send(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    (handler,) = client.handlers
+    assert handler.events == ["start", "reject 400"]
+    assert (await client.output()).startswith(b"HTTP/1.1 400 ")
+    # The handler counts the request's outcome; the listener counts the 400 it sent.
+    assert (client.stats.requests, client.stats.rejected, client.stats.responses["4xx"]) == (
+        1,
+        0,
+        1,
+    )
+
+
+async def test_client_going_away_mid_body_cancels_the_request() -> None:
+    client = Client()
+    client.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345")
+    client.conn.connection_lost(None)
+    (handler,) = client.handlers
+    # Told once as pending and once as being read: a handler's cancel is idempotent.
+    assert handler.events[:2] == ["start", b"12345"]
+    assert set(handler.events[2:]) == {"cancel"}
+    assert client.conn.state is ReadState.CLOSED
+    client.send(b"67890")  # late bytes are not read
+    assert handler.body() == b"12345"
+
+
+async def test_upgrade_request_body_is_read_as_http1() -> None:
+    client = Client()
+    client.send(
+        b"POST / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: other\r\n"
+        b"Content-Length: 3\r\n\r\nabc" + GET % 2
+    )
+    first, second = client.handlers
+    assert (first.body(), first.events[-1]) == (b"abc", "end")
+    assert second.request.target == b"/2"
+
+
+async def test_pause_and_resume() -> None:
+    client = Client()
+    client.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n")
+    (handler,) = client.handlers
+    handler.writer.pause_reading()  # the upstream cannot take more of the body
+    assert not client.transport.reading
+    handler.writer.resume_reading()
+    assert client.transport.reading
+    client.conn.pause_writing()  # the client's socket buffer is full
+    assert handler.writer.paused
+    client.conn.resume_writing()
+    assert not handler.writer.paused
+    assert handler.events[-1] == "drained"
+
+
+# ----------------------------------------------------------------- moves between states
+
+B, H, D = ReadState.BETWEEN, ReadState.HEAD, ReadState.BODY
+UP, UB = ReadState.UPGRADING, ReadState.UPGRADED_BODY
+R, C = ReadState.REJECTED, ReadState.CLOSED
+
+#: The moves a client connection may make, written out apart from the listener's
+#: own table: every one is allowed, every other one refused.
+MOVES = {
+    (B, H), (B, R), (B, C),
+    (H, D), (H, R), (H, C),
+    (D, B), (D, UP), (D, R), (D, C),
+    (UP, UB), (UP, C),
+    (UB, B), (UB, R), (UB, C),
+    (R, C),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    list(itertools.product(ReadState, repeat=2)),
+    ids=lambda state: state.name,
+)
+async def test_every_listed_move_is_allowed_and_no_other(
+    before: ReadState, after: ReadState
+) -> None:
+    conn = Client().conn
+    conn.state = before
+    allowed = (before, after) in MOVES
+    assert conn._enter(after) is allowed
+    assert conn.state is (after if allowed else before)
+
+
+class Recording(ClientConnection):
+    """Keeps each move asked of it: from, to, and whether it was made."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.asked: list[tuple[ReadState, ReadState, bool]] = []
+
+    def _enter(self, state: ReadState) -> bool:
+        before = self.state
+        made = super()._enter(state)
+        self.asked.append((before, state, made))
+        return made
+
+
+CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n"
+LENGTH_3 = b"Content-Length: 3\r\n\r\n"
+POST_CHUNKED = b"POST / HTTP/1.1\r\nHost: x\r\n" + CHUNKED
+POST_10 = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345"
+UPGRADE = b"POST / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: other\r\n"
+GET_CLOSE = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+
+def answer_first(client: Client) -> None:
+    client.handlers[0].answer()
+
+
+def answer_then_close_if_idle(client: Client) -> None:
+    client.handlers[0].answer()
+    client.conn.close_if_idle()
+
+
+def lost(client: Client) -> None:
+    client.conn.connection_lost(None)
+
+
+def response_begun(client: Client) -> None:
+    """Requests whose response begins at once, from the handler's start."""
+    make = client.conn._factory
+
+    def factory(request: Request, writer: ResponseWriter) -> Handler:
+        handler = cast(Handler, make(request, writer))
+        handler.start = lambda: writer.start(200, [])  # type: ignore[method-assign]
+        return handler
+
+    client.conn._factory = factory
+
+
+def nothing(client: Client) -> None:
+    pass
+
+
+#: What a client does, and what follows: every move of the table, made by bytes
+#: and events as they come. Each is: set-up, bytes sent, what happens next.
+SCENARIOS: dict[str, tuple[Callable[[Client], None], bytes, Callable[[Client], None]]] = {
+    "kept alive, then idle": (nothing, GET % 1, answer_then_close_if_idle),
+    "bytes after Connection: close": (nothing, GET_CLOSE + b"GET / HTTP/1.1\r\n", answer_first),
+    "bad head": (nothing, b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", nothing),
+    "head too slow": (nothing, b"GET / HTTP/1.1\r\n", lambda client: client.conn._on_timer()),
+    "gone mid-head": (nothing, b"GET / HTTP/1.1\r\n", lost),
+    "bad body": (nothing, POST_CHUNKED + b"zz\r\n", nothing),
+    "gone mid-body": (nothing, POST_10, lost),
+    "Upgrade with a body": (nothing, UPGRADE + LENGTH_3 + b"abc" + GET % 2, nothing),
+    "Upgrade with a bad body": (nothing, UPGRADE + CHUNKED + b"zz\r\n", nothing),
+    "gone mid-Upgrade body": (nothing, UPGRADE + LENGTH_3 + b"a", lost),
+    # The parser goes on through the same bytes after the 502 closed the connection.
+    "closed by a response, then a body": (answered_at_once, POST_CHUNKED + b"0\r\n\r\n", nothing),
+    "closed by a response, then a bad body": (answered_at_once, POST_CHUNKED + b"zz\r\n", nothing),
+    # The response already begun is cut: no 400 follows it.
+    "a response begun, then a bad body": (response_begun, POST_CHUNKED + b"zz\r\n", nothing),
+}  # fmt: skip
+
+
+async def test_the_moves_made_are_those_of_the_table() -> None:
+    made: set[tuple[ReadState, ReadState]] = set()
+    refused: set[tuple[ReadState, ReadState]] = set()
+    for before, data, after in SCENARIOS.values():
+        client = Client(Recording)
+        before(client)
+        client.send(data)
+        after(client)
+        await client.output()
+        conn = cast(Recording, client.conn)
+        made.update((old, new) for old, new, entered in conn.asked if entered)
+        refused.update((old, new) for old, new, entered in conn.asked if not entered)
+    # Every move of the table is made, but one: UPGRADING lasts from one parser
+    # callback to the next line of the same read, where nothing can close it.
+    assert made == MOVES - {(UP, C)}
+    # Refused only once reading has ended (and the parser went on).
+    assert refused == {(C, B), (C, R)}

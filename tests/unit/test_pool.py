@@ -1,0 +1,374 @@
+"""The Pool with connections that need no socket: fake ones where only its choices
+matter, real UpstreamConnections on a fake transport where their endings do."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from h2ping.errors import UpstreamError
+from h2ping.forward.pool import Pool
+from h2ping.http2.upstream import ConnState, UpstreamConnection
+from h2ping.stats import Stats
+
+from ..h2fake import REQUEST, FakeServer, FakeTransport, RecordingSink, config
+
+
+class FakeSlot:
+    def __init__(self, conn: FakeConn) -> None:
+        self.conn = conn
+        self.spent = False
+
+    def release(self) -> None:
+        if not self.spent:
+            self.spent = True
+            self.conn.reserved -= 1
+            self.conn.released += 1
+            self.conn.notify()
+
+    def open(self) -> None:
+        assert not self.spent
+        self.spent = True
+        self.conn.reserved -= 1
+        self.conn.streams[len(self.conn.streams) * 2 + 1] = None
+
+
+class FakeConn:
+    """What the pool reads of a connection, and the two callbacks it gives one."""
+
+    def __init__(
+        self,
+        conn_id: int,
+        on_change: Callable[[Any], None],
+        on_age: Callable[[Any], None],
+        max_streams: int,
+    ) -> None:
+        self.id = conn_id
+        self.upstream = "fake"
+        self.state = ConnState.OPEN
+        self.max_streams = max_streams
+        self.streams: dict[int, None] = {}
+        self.reserved = 0
+        self.released = 0
+        self.answered = 0
+        self.age_limit = 1.0
+        self.retired_for = ""
+        self._on_change = on_change
+        self.on_age = on_age
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.streams or self.reserved)
+
+    def try_reserve(self) -> FakeSlot | None:
+        if (
+            self.state is not ConnState.OPEN
+            or len(self.streams) + self.reserved >= self.max_streams
+        ):
+            return None
+        self.reserved += 1
+        return FakeSlot(self)
+
+    def end_stream(self) -> None:
+        self.streams.popitem()
+        self.notify()
+
+    def retire(self, reason: str) -> None:
+        self.retired_for = reason
+        self.state = ConnState.DRAINING if self.busy else ConnState.CLOSED
+        self.notify()
+
+    def close(self, reason: str) -> None:
+        self.state = ConnState.CLOSED
+        self.notify()
+
+    def notify(self) -> None:
+        self._on_change(self)
+
+
+class FakeDialer:
+    """Hands out FakeConns; ``gate`` holds each dial until the test lets it through."""
+
+    def __init__(self, max_streams: int = 2) -> None:
+        self.max_streams = max_streams
+        self.conns: list[FakeConn] = []
+        self.attempts = 0
+        self.gate: asyncio.Event | None = None
+        self.fail_with: Exception | None = None
+
+    async def __call__(
+        self,
+        cfg: object,
+        ssl_context: object,
+        conn_id: int,
+        on_change: Callable[[Any], None],
+        stats: Stats,
+        on_age: Callable[[Any], None],
+        ping_backoff: object = None,
+    ) -> FakeConn:
+        self.attempts += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail_with is not None:
+            raise self.fail_with
+        conn = FakeConn(conn_id, on_change, on_age, self.max_streams)
+        self.conns.append(conn)
+        return conn
+
+
+def make_pool(dialer: FakeDialer) -> Pool:
+    return Pool(config(), None, Stats(), dial=dialer)
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_opens_a_connection_only_when_no_slot_is_free() -> None:
+    dialer = FakeDialer(max_streams=2)
+    pool = make_pool(dialer)
+    assert pool.try_acquire() is None  # nothing open yet: the caller must wait
+    first = await pool.acquire()
+    second = pool.try_acquire()
+    assert second is not None and first.conn is second.conn is dialer.conns[0]
+    assert pool.try_acquire() is None
+    third = asyncio.create_task(pool.acquire())
+    await settle()
+    assert third.done() and (await third).conn is dialer.conns[1]
+    assert dialer.attempts == 2
+    pool.close()
+
+
+async def test_oldest_connection_first() -> None:
+    dialer = FakeDialer(max_streams=1)
+    pool = make_pool(dialer)
+    a = await pool.acquire()
+    b = await pool.acquire()
+    assert (a.conn.id, b.conn.id) == (1, 2)
+    a.release()
+    c = pool.try_acquire()
+    assert c is not None and c.conn.id == 1
+    pool.close()
+
+
+async def test_waiters_are_served_in_arrival_order() -> None:
+    dialer = FakeDialer(max_streams=1)
+    pool = make_pool(dialer)
+    (await pool.acquire()).open()
+    dialer.gate = asyncio.Event()  # no second connection for now
+    waiters = [asyncio.create_task(pool.acquire()) for _ in range(3)]
+    await settle()
+    assert not any(w.done() for w in waiters)
+    assert pool.try_acquire() is None, "a newcomer went ahead of the queue"
+    order = []
+    for _ in range(3):
+        dialer.conns[0].end_stream()
+        await settle()
+        done = [i for i, w in enumerate(waiters) if w.done() and i not in order]
+        assert len(done) == 1
+        order += done
+        waiters[done[0]].result().open()
+    assert order == [0, 1, 2]
+    dialer.gate.set()
+    pool.close()
+
+
+async def test_a_waiter_cancelled_after_being_woken_gives_its_slot_to_the_next() -> None:
+    dialer = FakeDialer(max_streams=1)
+    pool = make_pool(dialer)
+    (await pool.acquire()).open()
+    dialer.gate = asyncio.Event()
+    first = asyncio.create_task(pool.acquire())
+    second = asyncio.create_task(pool.acquire())
+    await settle()
+    conn = dialer.conns[0]
+    conn.end_stream()  # wakes `first`: the slot is set as its result...
+    first.cancel()  # ...and it is cancelled before it ran
+    await settle()
+    assert first.cancelled()
+    assert conn.released == 1
+    assert second.done() and second.result().conn is conn
+    assert conn.reserved == 1
+    dialer.gate.set()
+    pool.close()
+
+
+async def test_a_waiter_cancelled_while_waiting_leaves_the_queue() -> None:
+    dialer = FakeDialer(max_streams=1)
+    pool = make_pool(dialer)
+    (await pool.acquire()).open()
+    dialer.gate = asyncio.Event()
+    gone = asyncio.create_task(pool.acquire())
+    stays = asyncio.create_task(pool.acquire())
+    await settle()
+    gone.cancel()
+    await settle()
+    dialer.conns[0].end_stream()
+    await settle()
+    assert stays.done() and stays.result().conn is dialer.conns[0]
+    assert dialer.conns[0].released == 0
+    dialer.gate.set()
+    pool.close()
+
+
+async def test_a_failed_dial_fails_every_waiter_and_the_next_request_dials_again() -> None:
+    dialer = FakeDialer()
+    dialer.fail_with = UpstreamError("connection_refused", "refused")
+    pool = make_pool(dialer)
+    waiters = [asyncio.create_task(pool.acquire()) for _ in range(3)]
+    results = await asyncio.gather(*waiters, return_exceptions=True)
+    assert all(isinstance(r, UpstreamError) and r.error == "connection_refused" for r in results)
+    assert dialer.attempts == 1
+    dialer.fail_with = None
+    slot = await pool.acquire()
+    assert slot.conn.id == 2 and dialer.attempts == 2
+    pool.close()
+
+
+async def test_a_dial_that_breaks_fails_the_waiters_instead_of_hanging_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    dialer = FakeDialer()
+    dialer.fail_with = AttributeError("a bug in dialling")
+    pool = make_pool(dialer)
+    waiters = [asyncio.create_task(pool.acquire()) for _ in range(2)]
+    results = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 2)
+    assert all(isinstance(r, UpstreamError) and r.error == "proxy_internal_error" for r in results)
+    assert "internal error" in caplog.text
+    dialer.fail_with = None
+    slot = await pool.acquire()  # the next request dials again
+    assert slot.conn.id == 2
+    pool.close()
+
+
+async def test_close_fails_waiters_and_closes_connections() -> None:
+    dialer = FakeDialer(max_streams=1)
+    pool = make_pool(dialer)
+    (await pool.acquire()).open()
+    dialer.gate = asyncio.Event()
+    waiter = asyncio.create_task(pool.acquire())
+    await settle()
+    pool.close()
+    with pytest.raises(UpstreamError):
+        await waiter
+    assert dialer.conns[0].state is ConnState.CLOSED
+    with pytest.raises(UpstreamError):
+        await pool.acquire()
+    assert pool.try_acquire() is None
+
+
+async def test_a_closed_connection_leaves_the_pool() -> None:
+    dialer = FakeDialer()
+    pool = make_pool(dialer)
+    (await pool.acquire()).release()
+    assert pool.connections == dialer.conns
+    dialer.conns[0].close("gone")
+    assert pool.connections == []
+
+
+async def test_a_draining_connection_makes_waiters_dial() -> None:
+    dialer = FakeDialer(max_streams=1)
+    pool = make_pool(dialer)
+    (await pool.acquire()).open()
+    dialer.gate = asyncio.Event()
+    waiter = asyncio.create_task(pool.acquire())
+    await settle()
+    assert dialer.attempts == 2  # the waiter asked for a connection at once
+    conn = dialer.conns[0]
+    conn.state = ConnState.DRAINING  # GOAWAY: takes no new streams
+    conn.end_stream()
+    await settle()
+    assert not waiter.done(), "a draining connection's slot was handed out"
+    dialer.gate.set()
+    await settle()
+    assert waiter.done() and waiter.result().conn.id == 2
+    pool.close()
+
+
+async def test_an_idle_connection_at_its_age_closes_without_a_successor() -> None:
+    dialer = FakeDialer()
+    pool = make_pool(dialer)
+    (await pool.acquire()).release()
+    conn = dialer.conns[0]
+    conn.on_age(conn)
+    await settle()
+    assert conn.retired_for == "max-conn-age" and conn.state is ConnState.CLOSED
+    assert dialer.attempts == 1 and pool.connections == []
+    slot = await pool.acquire()  # the next request opens a connection
+    assert slot.conn.id == 2
+    pool.close()
+
+
+async def test_a_busy_connection_at_its_age_gets_its_successor_first() -> None:
+    dialer = FakeDialer()
+    pool = make_pool(dialer)
+    (await pool.acquire()).open()
+    conn = dialer.conns[0]
+    dialer.gate = asyncio.Event()
+    conn.on_age(conn)
+    await settle()
+    assert dialer.attempts == 2 and conn.retired_for == ""  # still taking streams
+    slot = pool.try_acquire()
+    assert slot is not None and slot.conn is conn
+    slot.release()
+    dialer.gate.set()
+    await settle()
+    assert conn.retired_for == "max-conn-age" and conn.state is ConnState.DRAINING
+    slot = pool.try_acquire()
+    assert slot is not None and slot.conn.id == 2
+    pool.close()
+
+
+async def test_answered_counts_connections_that_left() -> None:
+    dialer = FakeDialer(max_streams=1)
+    pool = make_pool(dialer)
+    await pool.acquire()
+    await pool.acquire()
+    first, second = dialer.conns
+    first.answered, second.answered = 3, 4
+    assert pool.answered == 7
+    first.close("gone")
+    second.answered += 1
+    assert pool.answered == 8
+    pool.close()
+
+
+@pytest.mark.parametrize("death", ["connection-lost", "ping-timeout"])
+async def test_a_dying_connection_is_not_handed_to_a_waiting_request(death: str) -> None:
+    dialled: list[UpstreamConnection] = []
+    never = asyncio.get_running_loop().create_future()
+
+    async def dial(cfg, ssl_context, conn_id, on_change, stats, on_age=None, ping_backoff=None):  # type: ignore[no-untyped-def]
+        if dialled:
+            await never  # the second connection never comes up
+        conn = UpstreamConnection(cfg, conn_id, on_change, stats, on_age)
+        conn.connection_made(FakeTransport())  # type: ignore[arg-type]
+        conn.data_received(FakeServer.settings(max_concurrent_streams=1))
+        dialled.append(conn)
+        return conn
+
+    cfg = config(ping_interval=0.01, ping_timeout=0.02) if death == "ping-timeout" else config()
+    pool = Pool(cfg, None, Stats(), dial=dial)
+    slot = await pool.acquire()
+    sink = RecordingSink()
+    slot.open(REQUEST, sink, end_stream=True)
+    waiter = asyncio.create_task(pool.acquire())
+    await asyncio.sleep(0)  # queued; a second connection is being dialled
+    if death == "connection-lost":
+        dialled[0].connection_lost(ConnectionResetError("reset by peer"))
+        await asyncio.sleep(0)
+    else:  # the fake server never answers the PING
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if sink.error is not None:
+                break
+    assert sink.error is not None
+    assert not waiter.done(), "the dead connection's freed slot went to a waiting request"
+    assert pool.connections == []
+    pool.close()
+    with pytest.raises(UpstreamError):
+        await waiter

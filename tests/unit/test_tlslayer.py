@@ -1,0 +1,349 @@
+"""h2ping.http2.tlslayer: TLS over the loop's TCP transport, holding nothing back at the end.
+
+The unit tests drive a :class:`TLSLayer` with a fake TCP transport and a real TLS
+server made of memory BIOs, so they decide byte by byte what arrives when. The
+last tests check, on both event loops, what the layer assumes of the loop's own
+TCP transports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from typing import Any
+
+import pytest
+
+from h2ping.http2.tlslayer import TLSLayer
+
+from ..conftest import TLSFiles, close_with_reset
+
+
+class FakeTCP(asyncio.Transport):
+    """Records what the layer writes and whether it reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.reading = True
+        self.closed = False
+        self.aborted = False
+
+    def write(self, data: Any) -> None:
+        self.written += data
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+class App(asyncio.BufferedProtocol):
+    """A protocol on top of the layer: keeps what arrives, pauses on request."""
+
+    def __init__(self, buffer_size: int = 65536, pause_after: int | None = None) -> None:
+        self.buffer = bytearray(buffer_size)
+        self.received = bytearray()
+        self.calls = 0
+        self.pause_after = pause_after
+        self.transport: asyncio.Transport | None = None
+        self.lost: list[Exception | None] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self.buffer)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        assert not self.lost, "bytes after connection_lost"
+        self.received += self.buffer[:nbytes]
+        self.calls += 1
+        if self.pause_after is not None and len(self.received) >= self.pause_after:
+            assert self.transport is not None
+            self.transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost.append(exc)
+
+
+class Server:
+    """The other end: a TLS server on memory BIOs, fed what the layer wrote."""
+
+    def __init__(self, tls: TLSFiles) -> None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+        context.set_alpn_protocols(["h2"])
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_side=True)
+
+    def take(self, tcp: FakeTCP) -> None:
+        self.incoming.write(bytes(tcp.written))
+        tcp.written.clear()
+
+    def handshake(self, tcp: FakeTCP, layer: TLSLayer) -> None:
+        for _ in range(5):
+            self.take(tcp)
+            try:
+                self.tls.do_handshake()
+            except ssl.SSLWantReadError:
+                feed(layer, self.outgoing.read())
+                continue
+            feed(layer, self.outgoing.read())
+            self.take(tcp)  # the client's Finished
+            return
+        raise AssertionError("no handshake")
+
+    def send(self, data: bytes) -> bytes:
+        self.tls.write(data)
+        return self.outgoing.read()
+
+    def close_notify(self) -> bytes:
+        with contextlib.suppress(ssl.SSLWantReadError):
+            self.tls.unwrap()
+        return self.outgoing.read()
+
+
+def feed(layer: TLSLayer, data: bytes) -> int:
+    """Hand ``data`` to the layer as the TCP transport would: as much as its
+    buffer holds per read. Returns the number of reads."""
+    reads = 0
+    while data:
+        buffer = layer.get_buffer(len(data))
+        n = min(len(data), len(buffer))
+        buffer[:n] = data[:n]
+        layer.buffer_updated(n)
+        data = data[n:]
+        reads += 1
+    return reads
+
+
+async def connected(
+    tls: TLSFiles, app: App, context: ssl.SSLContext | None = None
+) -> tuple[TLSLayer, FakeTCP, Server]:
+    if context is None:
+        context = ssl.create_default_context(cafile=tls.ca_file)
+        context.set_alpn_protocols(["h2"])
+    layer = TLSLayer(app, context, "127.0.0.1")
+    tcp = FakeTCP()
+    layer.connection_made(tcp)
+    server = Server(tls)
+    server.handshake(tcp, layer)
+    await asyncio.wait_for(layer.handshake, 1)
+    assert app.transport is not None
+    assert layer.ssl_object.selected_alpn_protocol() == "h2"
+    return layer, tcp, server
+
+
+PAYLOAD = bytes(range(256)) * 1024  # 256 KiB: sixteen TLS records
+
+
+async def test_every_record_reaches_a_small_buffer_in_order(tls: TLSFiles) -> None:
+    app = App(buffer_size=1000)
+    layer, _, server = await connected(tls, app)
+    reads = feed(layer, server.send(PAYLOAD))
+    assert app.received == PAYLOAD
+    # Each call fills the buffer, but for the last of each read.
+    assert app.calls <= len(PAYLOAD) // 1000 + reads
+
+
+async def test_records_are_gathered_into_one_call_per_read(tls: TLSFiles) -> None:
+    app = App(buffer_size=len(PAYLOAD))
+    layer, _, server = await connected(tls, app)
+    reads = feed(layer, server.send(PAYLOAD))
+    assert app.received == PAYLOAD
+    assert app.calls <= reads < 16  # not one call per record
+
+
+async def test_a_paused_protocol_pauses_tcp_and_gets_the_rest_on_resume(tls: TLSFiles) -> None:
+    app = App(buffer_size=16384, pause_after=40_000)
+    layer, tcp, server = await connected(tls, app)
+    feed(layer, server.send(PAYLOAD))
+    assert not tcp.reading
+    assert 40_000 <= len(app.received) < len(PAYLOAD)
+    app.pause_after = None
+    assert app.transport is not None
+    app.transport.resume_reading()
+    assert not tcp.reading  # not before what TLS holds is handed over, next turn
+    await asyncio.sleep(0)
+    assert app.received == PAYLOAD
+    assert tcp.reading
+
+
+@pytest.mark.parametrize("close_notify", [False, True])
+async def test_the_end_hands_over_everything_first_even_paused(
+    tls: TLSFiles, close_notify: bool
+) -> None:
+    app = App(buffer_size=16384, pause_after=1)
+    layer, _, server = await connected(tls, app)
+    wire = server.send(PAYLOAD) + (server.close_notify() if close_notify else b"")
+    feed(layer, wire)
+    assert len(app.received) < len(PAYLOAD)
+    layer.eof_received()
+    layer.connection_lost(None)
+    assert app.received == PAYLOAD
+    assert app.lost == [None]
+
+
+async def test_close_notify_closes_the_tcp_side(tls: TLSFiles) -> None:
+    app = App()
+    layer, tcp, server = await connected(tls, app)
+    feed(layer, server.send(b"last words") + server.close_notify())
+    assert app.received == b"last words"
+    assert tcp.closed
+    layer.connection_lost(None)
+    assert app.lost == [None]
+
+
+async def test_a_reset_after_the_last_bytes_loses_none(tls: TLSFiles) -> None:
+    app = App(buffer_size=4096, pause_after=1)
+    layer, _, server = await connected(tls, app)
+    feed(layer, server.send(PAYLOAD))
+    reset = ConnectionResetError(104, "Connection reset by peer")
+    layer.connection_lost(reset)
+    assert app.received == PAYLOAD
+    assert app.lost == [reset]
+
+
+async def test_the_protocol_closing_stops_delivery(tls: TLSFiles) -> None:
+    app = App(buffer_size=16384)
+    layer, tcp, server = await connected(tls, app)
+    wire = server.send(PAYLOAD)
+    app.buffer_updated = lambda n: app.transport.close()  # type: ignore[method-assign,union-attr]
+    feed(layer, wire)
+    assert tcp.closed
+    assert app.transport is not None and app.transport.is_closing()
+    server.take(tcp)
+    with contextlib.suppress(ssl.SSLWantReadError):
+        server.tls.read(1)
+    assert server.tls.pending() == 0
+    layer.connection_lost(None)
+    assert app.lost == [None]
+
+
+async def test_writes_reach_the_server(tls: TLSFiles) -> None:
+    app = App()
+    _, tcp, server = await connected(tls, app)
+    assert app.transport is not None
+    app.transport.write(b"hello ")
+    app.transport.writelines([b"wor", b"ld"])
+    server.take(tcp)
+    got = b""
+    with contextlib.suppress(ssl.SSLWantReadError):
+        while True:
+            got += server.tls.read(100)
+    assert got == b"hello world"
+
+
+async def test_a_bad_certificate_fails_the_handshake_not_the_protocol(tls: TLSFiles) -> None:
+    app = App()
+    context = ssl.create_default_context()  # the test CA is not trusted
+    context.set_alpn_protocols(["h2"])
+    layer = TLSLayer(app, context, "127.0.0.1")
+    tcp = FakeTCP()
+    layer.connection_made(tcp)
+    server = Server(tls)
+    with pytest.raises(ssl.SSLError, match="UNKNOWN_CA"):
+        server.handshake(tcp, layer)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await layer.handshake
+    assert app.transport is None
+    assert tcp.closed
+    layer.connection_lost(None)
+    assert app.lost == []
+
+
+async def test_a_close_during_the_handshake_fails_it(tls: TLSFiles) -> None:
+    app = App()
+    context = ssl.create_default_context(cafile=tls.ca_file)
+    layer = TLSLayer(app, context, "127.0.0.1")
+    layer.connection_made(FakeTCP())
+    layer.connection_lost(None)
+    with pytest.raises(ssl.SSLEOFError):
+        await layer.handshake
+    assert app.lost == []
+
+
+# ------------------------------------------------ what the loops' TCP transports do
+
+
+class Pausing(asyncio.BufferedProtocol):
+    """Pauses inside the first buffer_updated; records the order of events."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray(4096)
+        self.events: list[str] = []
+        self.received = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.done = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self.buffer)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.received += self.buffer[:nbytes]
+        self.events.append("data")
+        if len(self.events) == 1:
+            assert self.transport is not None
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self.events.append("eof")
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.events.append("lost")
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+@pytest.mark.parametrize("ending", ["fin", "reset"])
+async def test_the_loop_keeps_unread_bytes_in_the_kernel_while_paused(ending: str) -> None:
+    """The TCP transport's side of the bargain: a pause called inside
+    buffer_updated holds back the next read, and with it the FIN or reset that
+    follows the bytes; on resume every byte comes, then the end."""
+    loop = asyncio.get_running_loop()
+    payload = bytes(range(256)) * 400  # 100 KiB: many of the protocol's reads
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    with listener:
+        protocol = Pausing()
+        connecting = loop.create_connection(lambda: protocol, *listener.getsockname())
+        accepted, (transport, _) = await asyncio.gather(loop.sock_accept(listener), connecting)
+        server = accepted[0]
+        server.setblocking(True)
+        server.sendall(payload)
+        if ending == "reset":
+            close_with_reset(server)
+        else:
+            server.shutdown(socket.SHUT_WR)
+        await asyncio.sleep(0.2)  # everything, and the end, are in our kernel now
+        assert protocol.events == ["data"]
+        transport.resume_reading()
+        await asyncio.wait_for(protocol.done, 5)
+        server.close()
+    assert protocol.received == payload
+    assert protocol.events[-1] == "lost"
+    assert set(protocol.events[:-1]) <= {"data", "eof"}
+    assert "eof" not in protocol.events[:-2]

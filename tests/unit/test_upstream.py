@@ -1,0 +1,358 @@
+"""UpstreamConnection driven directly: a fake transport, server frames as bytes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from h2.errors import ErrorCodes
+from hyperframe.frame import (
+    DataFrame,
+    GoAwayFrame,
+    HeadersFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
+
+from h2ping import errors
+from h2ping.http2.outbound import PUMP_BATCH
+from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState
+from h2ping.http2.upstream import CONNECTION_WINDOW, STREAM_WINDOW, ConnState, UpstreamConnection
+from h2ping.stats import Stats
+
+from ..h2fake import (
+    REQUEST,
+    FakeServer,
+    FakeTransport,
+    Harness,
+    RecordingSink,
+    config,
+    data_bytes,
+    of,
+)
+
+
+async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> None:
+    conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
+    transport = FakeTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    frames = transport.frames()
+    settings = {k: v for f in of(SettingsFrame, frames) for k, v in f.settings.items()}
+    assert settings[0x2] == 0  # ENABLE_PUSH
+    assert settings[0x4] == STREAM_WINDOW  # INITIAL_WINDOW_SIZE
+    (update,) = of(WindowUpdateFrame, frames)
+    assert (update.stream_id, update.window_increment) == (0, CONNECTION_WINDOW - 65535)
+    assert conn.state is ConnState.CONNECTING and conn.try_reserve() is None
+    ready = asyncio.ensure_future(conn.wait_ready())
+    conn.data_received(FakeServer.settings(max_concurrent_streams=7))
+    await ready
+    assert (conn.state, conn.max_streams, conn.free_slots) == (ConnState.OPEN, 7, 7)
+
+
+async def test_a_request_and_its_response() -> None:
+    h = Harness()
+    stream, sink = h.open()
+    (headers,) = of(HeadersFrame, await h.sent())
+    assert headers.stream_id == stream.stream_id == 1
+    assert "END_STREAM" in headers.flags
+    h.feed(
+        h.server.headers(1, 200, [("content-type", "text/plain")]),
+        h.server.data(1, b"hello "),
+        h.server.data(1, b"world", end_stream=True),
+    )
+    assert (sink.status, bytes(sink.data), sink.ended, sink.error) == (
+        200,
+        b"hello world",
+        True,
+        None,
+    )
+    assert stream.closed and not h.conn.streams
+    assert h.conn.free_slots == 10 and h.conn.answered == 1
+
+
+async def test_never_more_streams_than_the_peer_allows() -> None:
+    h = Harness(max_streams=2)
+    first, second = h.slot(), h.slot()
+    assert h.conn.try_reserve() is None
+    first.release()
+    first.release()  # a second release gives nothing back twice
+    assert h.conn.free_slots == 1
+    second.open(REQUEST, RecordingSink(), end_stream=True)
+    with pytest.raises(RuntimeError):
+        second.open(REQUEST, RecordingSink(), end_stream=True)
+    second.release()  # after open: nothing to give back
+    assert (h.conn.reserved, len(h.conn.streams), h.conn.free_slots) == (0, 1, 1)
+
+
+async def test_released_slot_tells_the_pool() -> None:
+    h = Harness()
+    slot = h.slot()
+    before = h.changes
+    slot.release()
+    assert h.changes == before + 1
+
+
+async def test_graceful_goaway_finishes_streams_below_it_and_refuses_those_above() -> None:
+    h = Harness()
+    kept, kept_sink = h.open()
+    above, above_sink = h.open()
+    await h.sent()
+    h.feed(h.server.goaway(last_stream_id=kept.stream_id))
+    assert h.conn.state is ConnState.DRAINING and h.conn.try_reserve() is None
+    assert above_sink.error is not None and above_sink.error.retryable
+    assert "last_stream_id=1" in above_sink.error.detail
+    (rst,) = of(RstStreamFrame, await h.sent())
+    assert (rst.stream_id, rst.error_code) == (above.stream_id, ErrorCodes.CANCEL)
+    # h2 alone would have closed its state machine: the kept stream still completes.
+    h.feed(h.server.headers(1, 200), h.server.data(1, b"done", end_stream=True))
+    assert (kept_sink.status, bytes(kept_sink.data), kept_sink.ended) == (200, b"done", True)
+    (goaway,) = of(GoAwayFrame, await h.sent())
+    assert goaway.error_code == ErrorCodes.NO_ERROR
+    assert h.conn.state is ConnState.CLOSED and h.transport.closed
+
+
+async def test_goaway_with_nothing_in_flight_closes_at_once() -> None:
+    h = Harness()
+    h.feed(h.server.goaway(last_stream_id=0))
+    assert h.conn.state is ConnState.CLOSED and h.transport.closed
+
+
+@pytest.mark.parametrize(
+    ("code", "retryable"),
+    [(ErrorCodes.REFUSED_STREAM, True), (ErrorCodes.INTERNAL_ERROR, False)],
+)
+async def test_reset_by_the_peer(code: ErrorCodes, retryable: bool) -> None:
+    h = Harness()
+    stream, sink = h.open()
+    other, other_sink = h.open()
+    h.feed(h.server.rst(stream.stream_id, code))
+    assert sink.error is not None and sink.error.retryable is retryable
+    if not retryable:
+        assert sink.error.error == errors.HTTP_PROTOCOL_ERROR
+        assert "INTERNAL_ERROR" in sink.error.detail
+    assert stream.closed and not other.closed and other_sink.error is None
+    assert h.conn.state is ConnState.OPEN and h.conn.free_slots == 9
+
+
+async def test_complete_response_before_the_request_body_resets_with_no_error() -> None:
+    h = Harness()
+    stream, sink = h.open(end_stream=False)
+    stream.send(b"part of a body")
+    await h.sent()
+    h.feed(h.server.headers(1, 413, end_stream=True))
+    assert sink.status == 413 and sink.end_stream_with_headers and sink.ended
+    (rst,) = of(RstStreamFrame, await h.sent())
+    assert rst.error_code == ErrorCodes.NO_ERROR
+    stream.send(b"the rest")  # dropped: the stream is over
+    assert data_bytes(await h.sent(), 1) == 0
+
+
+async def test_request_body_waits_for_window_updates() -> None:
+    h = Harness(window=100_000)
+    h.feed(h.server.window_update(0, 1_000_000))  # only the stream window limits
+    stream, sink = h.open(end_stream=False)
+    stream.send(b"x" * 250_000)
+    stream.end()
+    frames = await h.sent_all()
+    assert data_bytes(frames, 1) == 100_000
+    assert stream.pending_bytes == 150_000 and not sink.send_ready
+    h.feed(h.server.window_update(1, 100_000))
+    frames = await h.sent_all()
+    assert data_bytes(frames, 1) == 100_000 and not of(DataFrame, frames)[-1].flags
+    assert stream.pending_bytes > SEND_LOW_WATER and not sink.send_ready
+    h.feed(h.server.window_update(1, 100_000))
+    frames = await h.sent_all()
+    assert data_bytes(frames, 1) == 50_000 and "END_STREAM" in of(DataFrame, frames)[-1].flags
+    assert stream.state is StreamState.SENT and stream.pending_bytes == 0
+    assert sink.send_ready == 1  # below the low-water mark: the client's reads resume
+
+
+async def test_a_full_socket_buffer_stops_turning_body_into_frames() -> None:
+    h = Harness(window=2**31 - 1)
+    h.feed(h.server.window_update(0, 2**31 - 1 - 65535))
+    stream, _ = h.open(end_stream=False)
+    await h.sent()
+    h.conn.pause_writing()
+    stream.send(b"y" * 100_000)
+    stream.end()
+    assert data_bytes(await h.sent(), 1) == 0, "DATA framed while the socket was paused"
+    h.conn.resume_writing()
+    frames = await h.sent_all()
+    assert data_bytes(frames, 1) == 100_000 and "END_STREAM" in of(DataFrame, frames)[-1].flags
+
+
+async def test_a_large_window_is_filled_one_batch_per_callback() -> None:
+    h = Harness(window=2**31 - 1)
+    h.feed(h.server.window_update(0, 2**31 - 1 - 65535))
+    stream, _ = h.open(end_stream=False)
+    await h.sent()
+    stream.send(b"z" * (PUMP_BATCH * 3))
+    assert stream.pending_bytes == PUMP_BATCH * 2  # the rest waits for the next loop turn
+    total = 0
+    for _ in range(5):
+        total += data_bytes(await h.sent(), 1)
+    assert total == PUMP_BATCH * 3 and stream.pending_bytes == 0
+
+
+async def test_uploads_with_room_to_send_take_turns_one_batch_per_write() -> None:
+    """However many streams could send, one write to the socket carries about one
+    batch (TLS keeps a buffer the size of the largest write it took), and the
+    streams take turns."""
+    h = Harness(window=2**31 - 1)
+    h.feed(h.server.window_update(0, 2**31 - 1 - 65535))
+    streams = [h.open(end_stream=False)[0] for _ in range(4)]
+    await h.sent()
+    h.transport.write_sizes.clear()
+    for stream in streams:
+        stream.send(b"z" * (PUMP_BATCH * 2))
+    served = []
+    for _ in range(8):
+        served.append({f.stream_id for f in of(DataFrame, await h.sent())})
+    # In the order they queued: stream 1 was back in line before the others came.
+    assert served == [{1}, {1}, {3}, {5}, {7}, {3}, {5}, {7}]
+    assert all(stream.pending_bytes == 0 for stream in streams)
+    frame_headers = 9 * (PUMP_BATCH // 16384 + 1)
+    assert max(h.transport.write_sizes) <= PUMP_BATCH + frame_headers
+
+
+async def test_slot_on_a_connection_that_stopped_taking_streams() -> None:
+    h = Harness()
+    busy, _ = h.open()
+    slot = h.slot()
+    await h.sent()
+    h.feed(h.server.goaway(last_stream_id=busy.stream_id))
+    with pytest.raises(SlotLost) as info:
+        slot.open(REQUEST, RecordingSink(), end_stream=True)
+    assert info.value.retryable
+    assert not of(HeadersFrame, await h.sent())
+    assert h.conn.reserved == 0 and h.conn.state is ConnState.DRAINING
+    h.feed(h.server.headers(1, 204, end_stream=True))
+    assert h.conn.state is ConnState.CLOSED
+
+
+async def test_retired_connection_closes_when_its_pending_reservation_is_used() -> None:
+    h = Harness()
+    slot = h.slot()
+    h.conn.retire("max-conn-age")
+    assert h.conn.state is ConnState.DRAINING
+    with pytest.raises(SlotLost):
+        slot.open(REQUEST, RecordingSink(), end_stream=True)
+    assert h.conn.state is ConnState.CLOSED
+    assert h.transport.closed
+
+
+async def test_retired_connection_closes_when_its_pending_reservation_is_released() -> None:
+    h = Harness()
+    slot = h.slot()
+    h.conn.retire("max-conn-age")
+    slot.release()
+    assert h.conn.state is ConnState.CLOSED
+    assert h.transport.closed
+
+
+async def test_retired_connection_finishes_its_streams_then_closes() -> None:
+    h = Harness()
+    _, sink = h.open()
+    h.conn.retire("max-conn-age")
+    assert h.conn.state is ConnState.DRAINING and not h.transport.closed
+    h.feed(h.server.headers(1, 200, end_stream=True))
+    assert sink.ended and h.conn.state is ConnState.CLOSED
+    (goaway,) = of(GoAwayFrame, await h.sent())
+    assert goaway.error_code == ErrorCodes.NO_ERROR
+
+
+@pytest.mark.parametrize("death", ["connection-lost", "protocol-error", "close"])
+async def test_a_dying_connection_is_closed_before_its_streams_fail(death: str) -> None:
+    """While each stream's sink hears of the failure (and may replay at once), the
+    connection must already refuse slots; the pool hears of it once, at the end."""
+    h = Harness()
+    seen: list[tuple[ConnState, object, int]] = []
+    sinks = []
+    for _ in range(3):
+        _, sink = h.open()
+        sink.on_error_hook = lambda e: seen.append((h.conn.state, h.conn.try_reserve(), h.changes))
+        sinks.append(sink)
+    before = h.changes
+    if death == "connection-lost":
+        h.conn.connection_lost(ConnectionResetError("reset by peer"))
+    elif death == "protocol-error":
+        h.feed(h.server.data(99, b"DATA on a stream never opened"))
+    else:
+        h.conn.close("proxy shutting down")
+    assert seen == [(ConnState.CLOSED, None, before)] * 3
+    assert h.changes == before + 1
+    assert all(s.error is not None and not s.error.retryable for s in sinks)
+    assert h.conn.state is ConnState.CLOSED and not h.conn.streams
+
+
+async def test_protocol_error_sends_goaway_with_its_code() -> None:
+    h = Harness()
+    h.feed(h.server.data(99, b"DATA on a stream never opened"))
+    (goaway,) = of(GoAwayFrame, h.transport.frames())
+    assert goaway.error_code == ErrorCodes.PROTOCOL_ERROR
+    assert h.transport.is_closing()
+
+
+async def test_frame_flood_ends_the_connection_with_enhance_your_calm() -> None:
+    h = Harness()
+    h.feed(FakeServer.settings() * 1200)
+    (goaway,) = of(GoAwayFrame, h.transport.frames())
+    assert goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+    assert h.conn.state is ConnState.CLOSED
+
+
+async def test_ping_ack_is_counted() -> None:
+    h = Harness()
+    h.feed(h.server.ping_ack(b"\0" * 8))
+    assert h.stats.ping_acks == 1 and h.conn.state is ConnState.OPEN
+
+
+async def test_cancel_resets_the_stream_and_frees_its_slot() -> None:
+    h = Harness(max_streams=1)
+    stream, sink = h.open()
+    assert h.conn.try_reserve() is None
+    stream.cancel()
+    (rst,) = of(RstStreamFrame, await h.sent())
+    assert rst.error_code == ErrorCodes.CANCEL
+    assert h.conn.free_slots == 1 and sink.error is None
+    # Late frames for the abandoned stream are dropped, not delivered.
+    h.feed(h.server.headers(1, 200), h.server.data(1, b"late"))
+    assert sink.status is None and not sink.data and h.conn.state is ConnState.OPEN
+
+
+async def test_a_connection_without_streams_for_idle_conn_timeout_closes_with_goaway() -> None:
+    h = Harness(idle_conn_timeout=0.05)
+    stream, _ = h.open()
+    await asyncio.sleep(0.1)
+    assert h.conn.state is ConnState.OPEN, "closed while carrying a stream"
+    h.feed(h.server.headers(stream.stream_id, 200, end_stream=True))
+    await asyncio.sleep(0.03)
+    assert h.conn.state is ConnState.OPEN, "the idle clock did not restart at the last stream"
+    slot = h.slot()
+    await asyncio.sleep(0.1)
+    assert h.conn.state is ConnState.OPEN, "closed while a slot was reserved"
+    slot.release()
+    await asyncio.sleep(0.1)
+    assert h.conn.state is ConnState.CLOSED and h.transport.closed
+    (goaway,) = of(GoAwayFrame, h.transport.frames())
+    assert goaway.error_code == ErrorCodes.NO_ERROR
+    assert h.changes > 0 and h.conn.try_reserve() is None
+
+
+async def test_response_credit_is_held_on_the_stream_until_given_back() -> None:
+    """A slow client's stream keeps its credit: no WINDOW_UPDATE until ack_held."""
+    h = Harness()
+    stream, sink = h.open()
+    await h.sent()
+    chunk = b"d" * 16384
+    h.feed(h.server.headers(1, 200), *(h.server.data(1, chunk) for _ in range(150)))
+    await h.settle()
+    assert len(sink.data) == stream.unacked == 150 * 16384
+    assert not [f for f in of(WindowUpdateFrame, await h.sent()) if f.stream_id == 1]
+    stream.ack_held()
+    updates = [f for f in of(WindowUpdateFrame, await h.sent()) if f.stream_id == 1]
+    assert sum(f.window_increment for f in updates) == 150 * 16384
+    assert stream.unacked == 0
+    stream.ack_held()  # nothing more to give
+    assert not of(WindowUpdateFrame, await h.sent())
