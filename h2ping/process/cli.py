@@ -64,13 +64,27 @@ def _loop_exception_handler(
 
     def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
+        message = str(context.get("message", ""))
         if is_shortage(exc):
-            message = str(context.get("message", ""))
             descriptors.shortage("accept" if "accept" in message else message or "a callback")
+            return
+        if _late_accept_retry(message, exc):
+            log.debug("the listener closed before asyncio's retry of accept: nothing to do")
             return
         log.error("unhandled error in the event loop: %s", context.get("message"), exc_info=exc)
 
     return handle
+
+
+def _late_accept_retry(message: str, exc: object) -> bool:
+    """asyncio's loop answers a failed accept (out of descriptors) by listening
+    again a second later, once per failed attempt; a retry that comes after the
+    listener closed (at shutdown) fails on the closed socket. Nothing is lost."""
+    return (
+        isinstance(exc, ValueError)
+        and "_start_serving" in message
+        and "Invalid file descriptor: -1" in str(exc)
+    )
 
 
 def _reason(exc: OSError) -> str:

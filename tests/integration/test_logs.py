@@ -155,3 +155,31 @@ async def test_event_loop_errors_are_logged_in_our_format(caplog: pytest.LogCapt
     [rec] = [r for r in caplog.records if r.name == "h2ping"]
     assert rec.getMessage().startswith("unhandled error in the event loop: ")
     assert rec.exc_info is not None and rec.exc_info[0] is ZeroDivisionError
+
+
+async def test_asyncios_late_accept_retry_after_the_listener_closed_is_not_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Out of descriptors, asyncio's loop listens again a second after each failed
+    accept; one that comes after shutdown closed the listener fails on its closed
+    socket. That is no error of the proxy's; any other ValueError still is."""
+
+    class Loop:
+        def _start_serving(self) -> None:
+            raise ValueError("Invalid file descriptor: -1")
+
+        def _other(self) -> None:
+            raise ValueError("Invalid file descriptor: -1")
+
+    caplog.set_level(logging.DEBUG, logger="h2ping")
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(cli._loop_exception_handler(DescriptorWatch(Stats())))
+    try:
+        loop.call_soon(Loop()._start_serving)
+        loop.call_soon(Loop()._other)
+        await asyncio.sleep(0.05)
+    finally:
+        loop.set_exception_handler(None)
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "_other" in errors[0].getMessage()
+    assert any("retry of accept" in r.getMessage() for r in caplog.records)
