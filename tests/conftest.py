@@ -126,6 +126,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+async def wait_until(what: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Return as soon as ``what()`` holds: a test waits for the thing itself, not
+    for a pause it hopes is long enough."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not what():
+        assert loop.time() < deadline, f"still not so after {timeout}s: {what}"
+        await asyncio.sleep(0.01)
+
+
 async def wait_for_port(port: int, timeout: float = 5.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

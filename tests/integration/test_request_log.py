@@ -19,7 +19,14 @@ from h2ping.process.accesslog import QUEUE_LINES, AccessLog, Entry, format_entry
 from h2ping.stats import OUTCOMES, Stats
 from h2ping.testing import ScriptedRequest
 
-from ..conftest import TLSFiles, free_port, running_proxy, scrape_metrics, scripted
+from ..conftest import (
+    TLSFiles,
+    free_port,
+    running_proxy,
+    scrape_metrics,
+    scripted,
+    wait_until,
+)
 from ..launcher import H2PING_SIDECAR, launch
 
 SECRET = "s3cr3t-k3y"  # in the query and in a header: never in a log line
@@ -224,7 +231,8 @@ async def test_sighup_reopens_the_access_log(tls: TLSFiles, tmp_path: Path, work
                     async with aiohttp.ClientSession() as one:
                         async with one.get(f"http://127.0.0.1:{port}{name}") as resp:
                             assert resp.status == 200
-                await asyncio.sleep(0.3)  # written by now
+                line = f' "{name}" '
+                await wait_until(lambda line=line: path.read_text().count(line) == 6)
                 if name == "/before":
                     path.rename(tmp_path / "access.log.1")
                     launched.proc.send_signal(signal.SIGHUP)
