@@ -1,4 +1,6 @@
-"""An event loop's clock and timers, moved by the test: no real sleeps."""
+"""An event loop's clock and timers, moved by the test: no real sleeps. The one
+fake clock of the tests: the timers' loop (``time``, ``call_at``) and the
+replay's pauses (``call_later``) alike."""
 
 from __future__ import annotations
 
@@ -17,10 +19,12 @@ class FakeTimer:
 
 
 class FakeLoop:
-    """The two things timers ask of a loop (``time``, ``call_at``), on a clock the test moves."""
+    """What timers ask of a loop (``time``, ``call_at``, ``call_later``), on a clock
+    the test moves: ``advance`` by some seconds, or ``run_due`` the next timer."""
 
     def __init__(self) -> None:
         self.now = 100.0
+        self.delays: list[float] = []  # what call_later was asked to wait, in order
         self._timers: list[tuple[float, int, FakeTimer, Callable[[], None]]] = []
         self._seq = itertools.count()
 
@@ -31,6 +35,21 @@ class FakeLoop:
         timer = FakeTimer()
         heapq.heappush(self._timers, (when, next(self._seq), timer, lambda: callback(*args)))
         return timer
+
+    def call_later(self, delay: float, callback: Callable[..., None], *args: Any) -> FakeTimer:
+        self.delays.append(delay)
+        return self.call_at(self.now + delay, callback, *args)
+
+    def run_due(self) -> bool:
+        """Move the clock to the soonest timer not cancelled and run it; False if
+        there is none."""
+        while self._timers:
+            when, _, timer, run = heapq.heappop(self._timers)
+            if not timer.cancelled:
+                self.now = max(self.now, when)
+                run()
+                return True
+        return False
 
     def advance(self, seconds: float) -> None:
         """Move the clock, firing every timer due on the way, in order."""

@@ -1,6 +1,6 @@
-"""Driving an UpstreamConnection without sockets: a fake transport that records what
-the client wrote, a fake server that builds frames with hyperframe and hpack, and
-:class:`Harness`, one connection over both."""
+"""Driving an UpstreamConnection without sockets: the shared fake transport
+(:mod:`tests.fakes`) records what the client wrote, a fake server builds frames
+with hyperframe and hpack, and :class:`Harness` is one connection over both."""
 
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ from h2ping.http2.streams import StreamSlot, UpstreamStream
 from h2ping.http2.upstream import ConnState, UpstreamConnection
 from h2ping.stats import Stats
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+from .fakes import FakeTransport
+
 REQUEST: list[Header] = [
     (b":method", b"POST"),
     (b":scheme", b"https"),
@@ -69,62 +70,6 @@ def forget_to_count_plain_data(monkeypatch: Any) -> None:
         return taken
 
     monkeypatch.setattr(H2Connection, "take_plain_data", forgetful)
-
-
-class FakeTransport:
-    """Collects the client's bytes; ``frames()`` parses what arrived since the last call."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.write_sizes: list[int] = []
-        self._read = 0
-        self.closed = False
-        self.aborted = False
-        self.reading = True
-        self.pauses = 0  # pause_reading calls
-
-    def pause_reading(self) -> None:
-        assert self.reading, "paused twice"
-        self.reading = False
-        self.pauses += 1
-
-    def resume_reading(self) -> None:
-        assert not self.reading, "resumed while reading"
-        self.reading = True
-
-    def write(self, data: bytes) -> None:
-        assert not self.is_closing(), "write after close"
-        self.written += data
-        self.write_sizes.append(len(data))
-
-    def writelines(self, parts: Iterable[bytes]) -> None:
-        self.write(b"".join(parts))  # one write, as the client connections' batches are
-
-    def is_closing(self) -> bool:
-        return self.closed or self.aborted
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def frames(self) -> list[Frame]:
-        data = bytes(self.written[self._read :])
-        if self._read == 0:
-            assert data.startswith(PREFACE)
-            data, self._read = data[len(PREFACE) :], len(PREFACE)
-        out, pos = [], 0
-        while pos + 9 <= len(data):
-            frame, length = Frame.parse_frame_header(memoryview(data[pos : pos + 9]))
-            frame.parse_body(memoryview(data[pos + 9 : pos + 9 + length]))
-            out.append(frame)
-            pos += 9 + length
-        self._read += pos
-        return out
 
 
 class FakeServer:
@@ -222,7 +167,7 @@ class Harness:
         self.conn = UpstreamConnection(config(**settings), 1, self._changed, self.stats)
         self.transport = FakeTransport()
         self.server = FakeServer()
-        self.conn.connection_made(self.transport)  # type: ignore[arg-type]
+        self.conn.connection_made(self.transport)
         self.handshake = self.transport.frames()
         self.feed(
             self.server.settings(max_concurrent_streams=max_streams, initial_window_size=window),

@@ -43,8 +43,8 @@ from h2ping.http2.engine.manifest import FAST_PATHS, STREAM_FAULTS
 from h2ping.http2.streams import UpstreamStream
 from h2ping.http2.upstream import ConnState
 
+from ..fakes import PREFACE
 from ..h2fake import (
-    PREFACE,
     REQUEST,
     FakeServer,
     Harness,

@@ -4,7 +4,6 @@ collected from an injected ``call_later`` and run by hand."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,6 +21,8 @@ from h2ping.forward.replay import (
 from h2ping.forward.retry import TOO_LARGE, RetryBudget
 from h2ping.http1.messages import Request, ResponseWriter
 from h2ping.stats import Stats
+
+from ..fakeloop import FakeLoop
 
 REFUSED = "connection_refused"
 
@@ -126,33 +127,11 @@ class Sink:
         self.reading = True
 
 
-class Clock:
-    """Collects the pauses the exchange asks for; runs them when told."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-        self._due: list[Callable[[], None]] = []
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> Any:
-        self.delays.append(delay)
-        self._due.append(callback)
-        return self
-
-    def cancel(self) -> None:
-        self._due.clear()
-
-    def run_due(self) -> bool:
-        if not self._due:
-            return False
-        self._due.pop(0)()
-        return True
-
-
 class Setup:
     def __init__(self, body: bytes = b"abc", retry_body_limit: int = 1024) -> None:
         self.pool = FakePool()
         self.stats = Stats()
-        self.clock = Clock()
+        self.clock = FakeLoop()
         self.sink = Sink()
         ctx = ExchangeContext(
             pool=self.pool,

@@ -10,25 +10,7 @@ from h2ping.http2.engine import H2Engine
 from h2ping.http2.inbound import INBOUND_BATCH, InboundTurns
 from h2ping.http2.outbound import PUMP_BATCH, OutboundPump
 
-
-class Transport:
-    def __init__(self) -> None:
-        self.reading = True
-        self.pauses = 0
-        self.written: list[bytes] = []
-
-    def pause_reading(self) -> None:
-        self.reading = False
-        self.pauses += 1
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def is_closing(self) -> bool:
-        return False
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
+from ..fakes import FakeTransport
 
 
 class Backlog:
@@ -46,16 +28,16 @@ class Backlog:
         return taken
 
 
-def turns(backlog: Backlog, transport: Transport) -> InboundTurns:
+def turns(backlog: Backlog, transport: FakeTransport) -> InboundTurns:
     inbound = InboundTurns(
         asyncio.get_running_loop(), backlog.take, lambda: backlog.size > 0, lambda: backlog.over
     )
-    inbound.attach(transport)  # type: ignore[arg-type]
+    inbound.attach(transport)
     return inbound
 
 
 async def test_a_small_read_is_handled_at_once_and_reading_goes_on() -> None:
-    backlog, transport = Backlog(), Transport()
+    backlog, transport = Backlog(), FakeTransport(strict=False)
     inbound = turns(backlog, transport)
     backlog.size = 1000
     inbound.arrived()
@@ -63,7 +45,7 @@ async def test_a_small_read_is_handled_at_once_and_reading_goes_on() -> None:
 
 
 async def test_a_large_backlog_is_handled_one_share_per_iteration_without_reading() -> None:
-    backlog, transport = Backlog(), Transport()
+    backlog, transport = Backlog(), FakeTransport(strict=False)
     inbound = turns(backlog, transport)
     backlog.size = 3 * INBOUND_BATCH
     inbound.arrived()
@@ -83,7 +65,7 @@ async def test_a_large_backlog_is_handled_one_share_per_iteration_without_readin
 
 
 async def test_reads_in_one_iteration_share_one_budget() -> None:
-    backlog, transport = Backlog(), Transport()
+    backlog, transport = Backlog(), FakeTransport(strict=False)
     inbound = turns(backlog, transport)
     for _ in range(3):
         backlog.size += INBOUND_BATCH // 2
@@ -95,7 +77,7 @@ async def test_reads_in_one_iteration_share_one_budget() -> None:
 
 
 async def test_stop_cancels_the_next_turn() -> None:
-    backlog, transport = Backlog(), Transport()
+    backlog, transport = Backlog(), FakeTransport(strict=False)
     inbound = turns(backlog, transport)
     backlog.size = 2 * INBOUND_BATCH
     inbound.arrived()
@@ -106,7 +88,7 @@ async def test_stop_cancels_the_next_turn() -> None:
 
 
 async def test_a_connection_that_ended_in_its_batch_takes_no_turn() -> None:
-    backlog, transport = Backlog(), Transport()
+    backlog, transport = Backlog(), FakeTransport(strict=False)
     inbound = turns(backlog, transport)
     backlog.size = 2 * INBOUND_BATCH
     backlog.over = True
@@ -153,12 +135,12 @@ class Stream:
         return framed, self.queued > 0 and budget - framed <= 0, self.queued == 0
 
 
-def pump() -> tuple[OutboundPump, Transport, H2Engine]:
+def pump() -> tuple[OutboundPump, FakeTransport, H2Engine]:
     conn = H2Engine(Events(), {}, 65536)  # type: ignore[arg-type]
     conn.start(65535, 65535)
     outbound = OutboundPump(asyncio.get_running_loop(), conn)
-    transport = Transport()
-    outbound.attach(transport)  # type: ignore[arg-type]
+    transport = FakeTransport(strict=False)
+    outbound.attach(transport)
     return outbound, transport, conn
 
 
@@ -198,6 +180,6 @@ async def test_one_write_per_iteration_whatever_is_queued() -> None:
     for _ in range(3):
         conn.ping(b"12345678")
         outbound.schedule_flush()
-    assert transport.written == []
+    assert transport.writes == []
     await asyncio.sleep(0)
-    assert len(transport.written) == 1
+    assert len(transport.writes) == 1

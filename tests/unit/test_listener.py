@@ -14,7 +14,7 @@ from h2ping.http1.listener import ClientConnection, ListenerLimits, ReadState
 from h2ping.http1.messages import Request, ResponseWriter
 from h2ping.stats import Stats
 
-from ..h2fake import FakeTransport
+from ..fakes import FakeTransport
 
 
 class Handler:

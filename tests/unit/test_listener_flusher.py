@@ -11,44 +11,22 @@ import pytest
 from h2ping.http1.listener import ClientConnection, ListenerLimits, OutputFlusher
 from h2ping.stats import Stats
 
-
-class Transport:
-    def __init__(self, fail: bool = False) -> None:
-        self.writes: list[bytes] = []
-        self.fail = fail
-        self.aborted = False
-
-    def writelines(self, parts: list[bytes]) -> None:
-        if self.fail:
-            raise RuntimeError("a broken transport")
-        self.writes.append(b"".join(parts))
-
-    def write(self, data: bytes) -> None:
-        self.writelines([data])
-
-    def is_closing(self) -> bool:
-        return self.aborted
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
+from ..fakes import FakeTransport
 
 
-def connection(flusher: OutputFlusher, transport: Transport) -> ClientConnection:
+def connection(flusher: OutputFlusher, transport: FakeTransport) -> ClientConnection:
     def no_requests(*args: object) -> Any:
         raise AssertionError("no requests here")
 
     conn = ClientConnection(no_requests, set(), Stats(), ListenerLimits(30, 30), flusher)
-    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.connection_made(transport)
     return conn
 
 
 async def test_one_callback_writes_every_connection_once(monkeypatch: pytest.MonkeyPatch) -> None:
     loop = asyncio.get_running_loop()
     flusher = OutputFlusher(loop)
-    transports = [Transport() for _ in range(50)]
+    transports = [FakeTransport(strict=False) for _ in range(50)]
     conns = [connection(flusher, t) for t in transports]
     scheduled = []
     real_call_soon = loop.call_soon
@@ -74,7 +52,11 @@ async def test_one_callback_writes_every_connection_once(monkeypatch: pytest.Mon
 
 async def test_a_failing_connection_is_cut_and_the_others_still_written() -> None:
     flusher = OutputFlusher(asyncio.get_running_loop())
-    good, bad, other = Transport(), Transport(fail=True), Transport()
+    good, bad, other = (
+        FakeTransport(strict=False),
+        FakeTransport(strict=False, fail=True),
+        FakeTransport(strict=False),
+    )
     for transport in (good, bad, other):
         connection(flusher, transport).send(b"x")
     await asyncio.sleep(0)

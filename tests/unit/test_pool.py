@@ -14,7 +14,8 @@ from h2ping.forward.pool import Pool
 from h2ping.http2.upstream import ConnState, UpstreamConnection
 from h2ping.stats import Stats
 
-from ..h2fake import REQUEST, FakeServer, FakeTransport, RecordingSink, config
+from ..fakes import FakeTransport
+from ..h2fake import REQUEST, FakeServer, RecordingSink, config
 
 
 class FakeSlot:
@@ -346,7 +347,7 @@ async def test_a_dying_connection_is_not_handed_to_a_waiting_request(death: str)
         if dialled:
             await never  # the second connection never comes up
         conn = UpstreamConnection(cfg, conn_id, on_change, stats, on_age)
-        conn.connection_made(FakeTransport())  # type: ignore[arg-type]
+        conn.connection_made(FakeTransport())
         conn.data_received(FakeServer.settings(max_concurrent_streams=1))
         dialled.append(conn)
         return conn

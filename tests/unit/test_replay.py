@@ -4,8 +4,6 @@ connection or an exchange."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from h2ping.errors import UpstreamError
@@ -20,28 +18,11 @@ from h2ping.forward.replay import (
 from h2ping.forward.retry import BUDGET_REACHED, TOO_LARGE, KeptBody, RetryBudget
 from h2ping.stats import Stats
 
+from ..fakeloop import FakeLoop
+
 
 def refused() -> UpstreamError:
     return UpstreamError("connection_refused", "REFUSED_STREAM", retryable=True)
-
-
-class Clock:
-    """Takes the pauses asked for and runs the callback of the earliest when told."""
-
-    def __init__(self) -> None:
-        self.delays: list[float] = []
-        self.due: list[Callable[[], None]] = []
-
-    def call_later(self, delay: float, callback: Callable[[], None]) -> Clock:
-        self.delays.append(delay)
-        self.due.append(callback)
-        return self
-
-    def cancel(self) -> None:
-        self.due.clear()
-
-    def run_due(self) -> None:
-        self.due.pop(0)()
 
 
 class Upstream:
@@ -60,7 +41,7 @@ class Setup:
         jitter: float = 0.5,
     ) -> None:
         self.stats = Stats()
-        self.clock = Clock()
+        self.clock = FakeLoop()
         self.upstream = Upstream()
         self.budget = RetryBudget(budget_limit, self.stats)
         self.policy = ReplayPolicy(
@@ -84,7 +65,7 @@ class Setup:
         if not self.replay.allows(refused(), response_started=False):
             return False
         self.replay.schedule(self.resend)
-        if self.clock.due:
+        if self.clock.pending:
             self.clock.run_due()
         return True
 
@@ -211,4 +192,4 @@ def test_a_cancelled_pause_never_resends() -> None:
     setup.replay.schedule(setup.resend)
     setup.replay.cancel()
     setup.replay.cancel()  # twice: nothing more to do
-    assert (setup.clock.due, setup.resent) == ([], 1)
+    assert (setup.clock.pending, setup.resent) == (0, 1)

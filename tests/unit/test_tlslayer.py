@@ -12,48 +12,13 @@ import asyncio
 import contextlib
 import socket
 import ssl
-from typing import Any
 
 import pytest
 
 from h2ping.http2.tlslayer import TLSLayer
 
 from ..conftest import TLSFiles, close_with_reset
-
-
-class FakeTCP(asyncio.Transport):
-    """Records what the layer writes and whether it reads."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-        self.reading = True
-        self.closed = False
-        self.aborted = False
-
-    def write(self, data: Any) -> None:
-        self.written += data
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def is_closing(self) -> bool:
-        return self.closed or self.aborted
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
+from ..fakes import FakeTransport
 
 
 class App(asyncio.BufferedProtocol):
@@ -95,11 +60,11 @@ class Server:
         self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         self.tls = context.wrap_bio(self.incoming, self.outgoing, server_side=True)
 
-    def take(self, tcp: FakeTCP) -> None:
+    def take(self, tcp: FakeTransport) -> None:
         self.incoming.write(bytes(tcp.written))
         tcp.written.clear()
 
-    def handshake(self, tcp: FakeTCP, layer: TLSLayer) -> None:
+    def handshake(self, tcp: FakeTransport, layer: TLSLayer) -> None:
         for _ in range(5):
             self.take(tcp)
             try:
@@ -138,12 +103,12 @@ def feed(layer: TLSLayer, data: bytes) -> int:
 
 async def connected(
     tls: TLSFiles, app: App, context: ssl.SSLContext | None = None
-) -> tuple[TLSLayer, FakeTCP, Server]:
+) -> tuple[TLSLayer, FakeTransport, Server]:
     if context is None:
         context = ssl.create_default_context(cafile=tls.ca_file)
         context.set_alpn_protocols(["h2"])
     layer = TLSLayer(app, context, "127.0.0.1")
-    tcp = FakeTCP()
+    tcp = FakeTransport(strict=False)
     layer.connection_made(tcp)
     server = Server(tls)
     server.handshake(tcp, layer)
@@ -258,7 +223,7 @@ async def test_a_bad_certificate_fails_the_handshake_not_the_protocol(tls: TLSFi
     context = ssl.create_default_context()  # the test CA is not trusted
     context.set_alpn_protocols(["h2"])
     layer = TLSLayer(app, context, "127.0.0.1")
-    tcp = FakeTCP()
+    tcp = FakeTransport(strict=False)
     layer.connection_made(tcp)
     server = Server(tls)
     with pytest.raises(ssl.SSLError, match="UNKNOWN_CA"):
@@ -275,7 +240,7 @@ async def test_a_close_during_the_handshake_fails_it(tls: TLSFiles) -> None:
     app = App()
     context = ssl.create_default_context(cafile=tls.ca_file)
     layer = TLSLayer(app, context, "127.0.0.1")
-    layer.connection_made(FakeTCP())
+    layer.connection_made(FakeTransport(strict=False))
     layer.connection_lost(None)
     with pytest.raises(ssl.SSLEOFError):
         await layer.handshake

@@ -21,10 +21,10 @@ from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState
 from h2ping.http2.upstream import CONNECTION_WINDOW, STREAM_WINDOW, ConnState, UpstreamConnection
 from h2ping.stats import Stats
 
+from ..fakes import FakeTransport
 from ..h2fake import (
     REQUEST,
     FakeServer,
-    FakeTransport,
     Harness,
     RecordingSink,
     config,
@@ -36,7 +36,7 @@ from ..h2fake import (
 async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> None:
     conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
     transport = FakeTransport()
-    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.connection_made(transport)
     frames = transport.frames()
     settings = {k: v for f in of(SettingsFrame, frames) for k, v in f.settings.items()}
     assert settings[0x2] == 0  # ENABLE_PUSH
@@ -203,7 +203,7 @@ async def test_uploads_with_room_to_send_take_turns_one_batch_per_write() -> Non
     h.feed(h.server.window_update(0, 2**31 - 1 - 65535))
     streams = [h.open(end_stream=False)[0] for _ in range(4)]
     await h.sent()
-    h.transport.write_sizes.clear()
+    h.transport.writes.clear()
     for stream in streams:
         stream.send(b"z" * (PUMP_BATCH * 2))
     served = []
@@ -213,7 +213,7 @@ async def test_uploads_with_room_to_send_take_turns_one_batch_per_write() -> Non
     assert served == [{1}, {1}, {3}, {5}, {7}, {3}, {5}, {7}]
     assert all(stream.pending_bytes == 0 for stream in streams)
     frame_headers = 9 * (PUMP_BATCH // 16384 + 1)
-    assert max(h.transport.write_sizes) <= PUMP_BATCH + frame_headers
+    assert max(len(data) for data in h.transport.writes) <= PUMP_BATCH + frame_headers
 
 
 async def test_slot_on_a_connection_that_stopped_taking_streams() -> None:
