@@ -15,7 +15,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,3 +151,48 @@ async def launch(
             raise StartFailed(code, tail, address)
         await asyncio.sleep(POLL_SECONDS)
     return launched
+
+
+@asynccontextmanager
+async def h2ping_subprocess(
+    *args: str,
+    stdout: int | None = None,
+    env: dict[str, str] | None = None,
+    start_new_session: bool = False,
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m h2ping ARGS`` as a child of the test (not the launcher's way), its
+    stderr piped; killed on the way out if it is still running."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "h2ping", *args,
+        stdout=stdout, stderr=asyncio.subprocess.PIPE,
+        env=env, start_new_session=start_new_session,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+@asynccontextmanager
+async def running(
+    command: Sequence[str | os.PathLike[str]], **how: object
+) -> AsyncIterator[Launched]:
+    """:func:`launch` (same arguments), and the process killed on the way out if it is
+    still running, whatever the test did."""
+    launched = await launch(command, **how)  # type: ignore[arg-type]
+    try:
+        yield launched
+    finally:
+        launched.kill()
+
+
+async def stop_with_two_signals(launched: Launched) -> int:
+    """SIGTERM while a request is still open, so the process drains (its grace is long);
+    then a second SIGTERM, which must end it at once. Returns the exit code."""
+    launched.proc.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.3)
+    assert launched.proc.poll() is None, "exited on the first signal with a request open"
+    launched.proc.send_signal(signal.SIGTERM)
+    return await launched.wait(10)

@@ -9,7 +9,9 @@ import collections
 import hashlib
 import os
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
 
 import aiohttp
 from h2.errors import ErrorCodes
@@ -21,6 +23,8 @@ from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
 from ..conftest import TLSFiles, running_proxy, scripted
 
+Handler = Callable[[ScriptedRequest], Awaitable[None]]
+
 
 async def echo_digest(request: ScriptedRequest) -> None:
     body = await request.body()
@@ -29,6 +33,20 @@ async def echo_digest(request: ScriptedRequest) -> None:
 
 def open_at_origin(up: ScriptedUpstream) -> list[int]:
     return [conn.id for conn in up.connections if not conn.closed]
+
+
+@asynccontextmanager
+async def proxy_before(
+    tls: TLSFiles, handler: Handler, **options: Any
+) -> AsyncIterator[tuple[ScriptedUpstream, Proxy]]:
+    """A scripted upstream running ``handler``, and a proxy before it with ``options``."""
+    async with scripted(tls, handler) as up, running_proxy(up.url, tls, **options) as proxy:
+        yield up, proxy
+
+
+async def post_ok(session: aiohttp.ClientSession, proxy: Proxy, path: str, body: bytes) -> None:
+    async with session.post(proxy.url + path, data=body) as resp:
+        assert resp.status == 200
 
 
 def pool_states(proxy: Proxy) -> list[ConnState]:
@@ -63,20 +81,15 @@ async def post_all(
 async def test_an_idle_connection_closes_with_goaway_and_the_next_request_opens_one(
     tls: TLSFiles, session: aiohttp.ClientSession
 ) -> None:
-    async with (
-        scripted(tls, echo_digest) as up,
-        running_proxy(up.url, tls, idle_conn_timeout=0.3) as proxy,
-    ):
-        async with session.post(proxy.url + "/a", data=b"a") as resp:
-            assert resp.status == 200
+    async with proxy_before(tls, echo_digest, idle_conn_timeout=0.3) as (up, proxy):
+        await post_ok(session, proxy, "/a", b"a")
         answered_at = asyncio.get_running_loop().time()
         first = up.connections[0]
         await up.wait_for(lambda: first.closed)
         assert first.goaway_received == ErrorCodes.NO_ERROR
         assert first.closed_at - answered_at >= 0.25, "closed before it was idle that long"
         assert open_at_origin(up) == [] and pool_states(proxy) == []
-        async with session.post(proxy.url + "/b", data=b"b") as resp:
-            assert resp.status == 200
+        await post_ok(session, proxy, "/b", b"b")
         assert [c.id for c in up.connections] == [1, 2] and open_at_origin(up) == [2]
         assert proxy.stats.failed == 0
 
@@ -89,10 +102,7 @@ async def test_a_connection_carrying_a_long_request_is_not_idle(
         await asyncio.sleep(0.8)
         await request.respond(200, body=b"slow")
 
-    async with (
-        scripted(tls, slow) as up,
-        running_proxy(up.url, tls, idle_conn_timeout=0.3) as proxy,
-    ):
+    async with proxy_before(tls, slow, idle_conn_timeout=0.3) as (up, proxy):
         async with session.get(proxy.url + "/slow") as resp:
             assert await resp.read() == b"slow"
         assert open_at_origin(up) == [1]
@@ -103,21 +113,14 @@ async def test_a_connection_carrying_a_long_request_is_not_idle(
 async def test_idle_conn_timeout_zero_keeps_connections(
     tls: TLSFiles, session: aiohttp.ClientSession
 ) -> None:
-    async with (
-        scripted(tls, echo_digest) as up,
-        running_proxy(up.url, tls, idle_conn_timeout=0) as proxy,
-    ):
-        async with session.post(proxy.url + "/a", data=b"a") as resp:
-            assert resp.status == 200
+    async with proxy_before(tls, echo_digest, idle_conn_timeout=0) as (up, proxy):
+        await post_ok(session, proxy, "/a", b"a")
         await asyncio.sleep(0.6)
         assert open_at_origin(up) == [1] and pool_states(proxy) == [ConnState.OPEN]
 
 
 async def test_readiness_opens_a_connection_that_then_idles_out(tls: TLSFiles) -> None:
-    async with (
-        scripted(tls, echo_digest) as up,
-        running_proxy(up.url, tls, idle_conn_timeout=0.3) as proxy,
-    ):
+    async with proxy_before(tls, echo_digest, idle_conn_timeout=0.3) as (up, proxy):
         assert await proxy.readiness(2.0) is None
         assert open_at_origin(up) == [1]
         await up.wait_for(lambda: up.connections[0].closed)
@@ -132,19 +135,14 @@ async def test_readiness_opens_a_connection_that_then_idles_out(tls: TLSFiles) -
 async def test_a_retired_connection_with_no_streams_closes_at_once_without_a_successor(
     tls: TLSFiles, session: aiohttp.ClientSession
 ) -> None:
-    async with (
-        scripted(tls, echo_digest) as up,
-        running_proxy(up.url, tls, max_conn_age=0.4, idle_conn_timeout=0) as proxy,
-    ):
-        async with session.post(proxy.url + "/a", data=b"a") as resp:
-            assert resp.status == 200
+    async with proxy_before(tls, echo_digest, max_conn_age=0.4, idle_conn_timeout=0) as (up, proxy):
+        await post_ok(session, proxy, "/a", b"a")
         await up.wait_for(lambda: up.connections[0].closed)
         assert up.connections[0].goaway_received == ErrorCodes.NO_ERROR
         await asyncio.sleep(0.2)
         assert len(up.connections) == 1, "a successor was opened for an idle proxy"
         assert pool_states(proxy) == [] and proxy.stats.retired == 1
-        async with session.post(proxy.url + "/b", data=b"b") as resp:
-            assert resp.status == 200
+        await post_ok(session, proxy, "/b", b"b")
         assert len(up.connections) == 2
 
 
@@ -159,10 +157,7 @@ async def test_max_conn_age_moves_new_requests_while_a_slow_one_finishes_on_the_
             await release.wait()
         await request.respond(200, body=body)
 
-    async with (
-        scripted(tls, handler) as up,
-        running_proxy(up.url, tls, max_conn_age=0.4, idle_conn_timeout=0) as proxy,
-    ):
+    async with proxy_before(tls, handler, max_conn_age=0.4, idle_conn_timeout=0) as (up, proxy):
         slow = asyncio.create_task(session.post(proxy.url + "/slow", data=b"slow"))
         await up.wait_for(lambda: len(up.requests) == 1)
         # At its age the busy connection gets a successor, then stops taking streams.
@@ -223,10 +218,7 @@ async def test_goaway_every_20_streams_with_40_in_flight_loses_no_request(
 ) -> None:
     served: collections.Counter[str] = collections.Counter()
     ids = [str(i) for i in range(400)]
-    async with (
-        scripted(tls, goaway_after(20, served)) as up,
-        running_proxy(up.url, tls) as proxy,
-    ):
+    async with proxy_before(tls, goaway_after(20, served)) as (up, proxy):
         results = await post_all(proxy, ids, 40, payload)
         stats = proxy.stats
     failed = {x: r for x, r in results.items() if r[0] != 200}
@@ -258,10 +250,7 @@ async def test_a_refusal_storm_costs_no_request(tls: TLSFiles) -> None:
         served[request.header("x-id") or ""] += 1
         await request.respond(200, body=hashlib.sha256(body).hexdigest().encode())
 
-    async with (
-        scripted(tls, handler) as up,
-        running_proxy(up.url, tls) as proxy,
-    ):
+    async with proxy_before(tls, handler) as (up, proxy):
         sent: list[str] = []
         statuses: collections.Counter[int] = collections.Counter()
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=40)) as session:
@@ -300,7 +289,7 @@ async def test_replays_go_on_while_the_upstream_answers_others_but_not_forever(
         await request.body()
         await request.respond(200, body=b"ok")
 
-    async with scripted(tls, handler) as up, running_proxy(up.url, tls) as proxy:
+    async with proxy_before(tls, handler) as (up, proxy):
         refused = asyncio.create_task(session.post(proxy.url + "/refused", data=b"r"))
 
         async def steady() -> int:

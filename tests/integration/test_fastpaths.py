@@ -16,7 +16,7 @@ import logging
 import re
 import textwrap
 import types
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -139,20 +139,35 @@ def warning_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if "fast paths off" in r.getMessage()]
 
 
-@pytest.mark.parametrize("reach", RENAMABLE, ids=[reach.qualname for reach in RENAMABLE])
-async def test_the_proxy_forwards_with_an_internal_renamed(
-    monkeypatch: pytest.MonkeyPatch,
+#: Forwards through a proxy and checks that exactly the given fast paths are off.
+FallbackCheck = Callable[[set[str]], Awaitable[None]]
+
+
+@pytest.fixture
+def forwards_with_paths_off(
     caplog: pytest.LogCaptureFixture,
     tls: TLSFiles,
     hypercorn_echo: str,
     session: aiohttp.ClientSession,
-    reach: manifest.Reach,
+) -> FallbackCheck:
+    """:func:`check_fallback` on a proxy before hypercorn's echo, with the proxy's
+    WARNINGs captured from the test's start (the warning line is checked)."""
+    caplog.set_level(logging.WARNING, logger="h2ping")
+
+    async def check(off: set[str]) -> None:
+        await check_fallback(caplog, tls, hypercorn_echo, session, off)
+
+    return check
+
+
+@pytest.mark.parametrize("reach", RENAMABLE, ids=[reach.qualname for reach in RENAMABLE])
+async def test_the_proxy_forwards_with_an_internal_renamed(
+    monkeypatch: pytest.MonkeyPatch, forwards_with_paths_off: FallbackCheck, reach: manifest.Reach
 ) -> None:
     """Renamed, the name is missing: exactly the paths of its row are off."""
-    caplog.set_level(logging.WARNING, logger="h2ping")
     rename(monkeypatch, reach.renamed_in, reach.name)
     assert manifest.missing() == [reach]
-    await check_fallback(caplog, tls, hypercorn_echo, session, set(reach.paths))
+    await forwards_with_paths_off(set(reach.paths))
 
 
 @pytest.mark.parametrize("reach", RENAMABLE, ids=[reach.qualname for reach in RENAMABLE])
@@ -168,27 +183,17 @@ def test_the_probes_alone_see_each_rename(
 
 
 async def test_the_proxy_forwards_when_h2_updates_windows_otherwise(
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    tls: TLSFiles,
-    hypercorn_echo: str,
-    session: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch, forwards_with_paths_off: FallbackCheck
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="h2ping")
     quarter_window_updates(monkeypatch)
-    await check_fallback(caplog, tls, hypercorn_echo, session, {"data"})
+    await forwards_with_paths_off({"data"})
 
 
 async def test_the_proxy_forwards_with_every_fast_path_off(
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    tls: TLSFiles,
-    hypercorn_echo: str,
-    session: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch, forwards_with_paths_off: FallbackCheck
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="h2ping")
     monkeypatch.setattr(fastpaths, "PROBES", dict.fromkeys(FAST_PATHS, lambda: "changed"))
-    await check_fallback(caplog, tls, hypercorn_echo, session, set(FAST_PATHS))
+    await forwards_with_paths_off(set(FAST_PATHS))
 
 
 async def check_fallback(

@@ -7,9 +7,8 @@ import json
 import os
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,35 +23,42 @@ from ..conftest import (
     run_hypercorn,
     wait_for_port,
 )
-from ..launcher import H2PING_SIDECAR, launch
+from ..launcher import (
+    H2PING_SIDECAR,
+    Launched,
+    h2ping_subprocess,
+    running,
+    stop_with_two_signals,
+)
 
 # The loop here only runs the test's clients; the process under test picks its own.
 pytestmark = pytest.mark.asyncio(loop_factories=["uvloop"])
 
 
-@asynccontextmanager
-async def h2ping_process(
+def h2ping_process(
     *args: str, env: dict[str, str] | None = None
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "h2ping",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+) -> AbstractAsyncContextManager[asyncio.subprocess.Process]:
+    return h2ping_subprocess(*args, stdout=asyncio.subprocess.PIPE, env=env)
 
 
 def proxy_flags(port: int, upstream: str, tls: TLSFiles) -> list[str]:
     return ["-listen", f"127.0.0.1:{port}", "-upstream", upstream, "-ca-file", tls.ca_file]
+
+
+@asynccontextmanager
+async def proxy_before(
+    app: Any, tls: TLSFiles, *flags: str
+) -> AsyncIterator[tuple[int, asyncio.subprocess.Process, aiohttp.ClientSession]]:
+    """h2ping, with ``flags``, before a hypercorn running ``app``, once it has said that
+    it listens; with a client session. Yields the port, the process and the session."""
+    port = free_port()
+    async with (
+        run_hypercorn(app, tls) as url,
+        h2ping_process(*proxy_flags(port, url, tls), *flags) as proc,
+        aiohttp.ClientSession() as session,
+    ):
+        await read_line_with(proc, "listening on")
+        yield port, proc, session
 
 
 async def read_line_with(proc: asyncio.subprocess.Process, needle: str, timeout: float = 10) -> str:
@@ -197,13 +203,7 @@ async def test_sigterm_drains_in_flight_request(tls: TLSFiles) -> None:
         )
         await send({"type": "http.response.body", "body": b"done"})
 
-    port = free_port()
-    async with (
-        run_hypercorn(slow_app, tls) as url,
-        h2ping_process(*proxy_flags(port, url, tls), "-shutdown-grace", "10s") as proc,
-        aiohttp.ClientSession() as session,
-    ):
-        await read_line_with(proc, "listening on")
+    async with proxy_before(slow_app, tls, "-shutdown-grace", "10s") as (port, proc, session):
         await wait_for_port(port)
         request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/slow"))
         await asyncio.wait_for(arrived.wait(), 5)
@@ -217,20 +217,18 @@ async def test_sigterm_drains_in_flight_request(tls: TLSFiles) -> None:
         await assert_not_accepting(port, "the proxy after shutdown")
 
 
-async def test_grace_expiry_cuts_and_exits_0(tls: TLSFiles) -> None:
-    async def never(scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
+async def never_answers(scope: dict, receive: Any, send: Any) -> None:
+    if scope["type"] == "http":
         await read_body(receive)
         await asyncio.sleep(30)
 
-    port = free_port()
-    async with (
-        run_hypercorn(never, tls) as url,
-        h2ping_process(*proxy_flags(port, url, tls), "-shutdown-grace", "500ms") as proc,
-        aiohttp.ClientSession() as session,
+
+async def test_grace_expiry_cuts_and_exits_0(tls: TLSFiles) -> None:
+    async with proxy_before(never_answers, tls, "-shutdown-grace", "500ms") as (
+        port,
+        proc,
+        session,
     ):
-        await read_line_with(proc, "listening on")
         request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/never"))
         await asyncio.sleep(0.3)
         proc.send_signal(signal.SIGTERM)
@@ -250,89 +248,71 @@ async def test_grace_expiry_cuts_and_exits_0(tls: TLSFiles) -> None:
 async def test_ready_file_appears_only_once_the_port_accepts(tmp_path: Path) -> None:
     port = free_port()
     ready = tmp_path / "p.ready"
-    launched = await launch(
+    async with running(
         [H2PING_SIDECAR, "-listen", f"127.0.0.1:{port}", "-upstream", "https://127.0.0.1:9",
          "-ready-file", ready],
         log=tmp_path / "p.log", ready_file=ready,
-    )  # fmt: skip
-    try:
+    ) as launched:  # fmt: skip
         # One try, no polling: a launcher may connect the moment the file is there.
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.close()
         assert ready.read_text() == f"{launched.pid}\n"
         assert await launched.terminate() == 0
         assert not ready.exists()
-    finally:
-        launched.kill()
 
 
-async def never_answers(scope: dict, receive: Any, send: Any) -> None:
-    if scope["type"] == "http":
-        await read_body(receive)
-        await asyncio.sleep(30)
-
-
-async def test_ready_file_removed_when_the_grace_runs_out(tls: TLSFiles, tmp_path: Path) -> None:
+@asynccontextmanager
+async def sidecar_with_a_request_open(
+    tls: TLSFiles, tmp_path: Path, *flags: str
+) -> AsyncIterator[tuple[Launched, Path, asyncio.Task[aiohttp.ClientResponse]]]:
+    """The sidecar, with a ready file, before an upstream that never answers, and one
+    request open through it: yields the process, its ready file and the request."""
     port = free_port()
     ready = tmp_path / "p.ready"
     async with (
         run_hypercorn(never_answers, tls) as url,
         aiohttp.ClientSession() as session,
-    ):
-        launched = await launch(
-            [H2PING_SIDECAR, *proxy_flags(port, url, tls), "-shutdown-grace", "500ms",
-             "-ready-file", ready],
+        running(
+            [H2PING_SIDECAR, *proxy_flags(port, url, tls), *flags, "-ready-file", ready],
             log=tmp_path / "p.log", ready_file=ready,
-        )  # fmt: skip
+        ) as launched,
+    ):  # fmt: skip
+        request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/never"))
+        await asyncio.sleep(0.3)
         try:
-            request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/never"))
-            await asyncio.sleep(0.3)
-            launched.proc.send_signal(signal.SIGTERM)
-            assert await launched.wait(10) == 0
-            assert not ready.exists()
-            with pytest.raises(aiohttp.ClientError):
-                await asyncio.wait_for(request, 5)
+            yield launched, ready, request
         finally:
-            launched.kill()
+            request.cancel()
+
+
+async def test_ready_file_removed_when_the_grace_runs_out(tls: TLSFiles, tmp_path: Path) -> None:
+    async with sidecar_with_a_request_open(tls, tmp_path, "-shutdown-grace", "500ms") as (
+        launched,
+        ready,
+        request,
+    ):
+        launched.proc.send_signal(signal.SIGTERM)
+        assert await launched.wait(10) == 0
+        assert not ready.exists()
+        with pytest.raises(aiohttp.ClientError):
+            await asyncio.wait_for(request, 5)
     assert "shutdown grace of 0.5s expired" in launched.log_text()
 
 
 async def test_ready_file_removed_on_a_second_signal(tls: TLSFiles, tmp_path: Path) -> None:
-    port = free_port()
-    ready = tmp_path / "p.ready"
-    async with (
-        run_hypercorn(never_answers, tls) as url,
-        aiohttp.ClientSession() as session,
-    ):
-        launched = await launch(
-            [H2PING_SIDECAR, *proxy_flags(port, url, tls), "-ready-file", ready],
-            log=tmp_path / "p.log", ready_file=ready,
-        )  # fmt: skip
-        try:
-            request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/never"))
-            await asyncio.sleep(0.3)
-            launched.proc.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.3)  # draining, with 60 s of grace
-            assert launched.proc.poll() is None
-            launched.proc.send_signal(signal.SIGTERM)
-            assert await launched.wait(10) == 1
-            assert not ready.exists()
-            request.cancel()
-        finally:
-            launched.kill()
+    async with sidecar_with_a_request_open(tls, tmp_path) as (launched, ready, _):
+        assert await stop_with_two_signals(launched) == 1  # the default grace is 60 s
+        assert not ready.exists()
     assert "second SIGTERM: exiting now" in launched.log_text()
 
 
 async def test_a_ready_file_someone_else_wrote_is_left_alone(tmp_path: Path) -> None:
     ready = tmp_path / "p.ready"
-    launched = await launch(
+    async with running(
         [H2PING_SIDECAR, "-listen", "127.0.0.1:0", "-upstream", "https://127.0.0.1:9",
          "-ready-file", ready],
         log=tmp_path / "p.log", ready_file=ready,
-    )  # fmt: skip
-    try:
+    ) as launched:  # fmt: skip
         ready.write_text("999999\n")  # a successor started with the same path
         assert await launched.terminate() == 0
         assert ready.read_text() == "999999\n"
-    finally:
-        launched.kill()

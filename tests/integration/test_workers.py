@@ -9,9 +9,8 @@ import os
 import signal
 import socket
 import stat
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -24,32 +23,43 @@ from h2ping.process.workers import RunOne, run_workers
 from h2ping.testing import ScriptedUpstream
 
 from ..conftest import assert_not_accepting, free_port, scrape_metrics, wait_for_port
-from ..launcher import H2PING_SIDECAR, StartFailed, launch
+from ..launcher import (
+    H2PING_SIDECAR,
+    StartFailed,
+    h2ping_subprocess,
+    launch,
+    running,
+    stop_with_two_signals,
+)
 
 # The loop here only runs the test's clients; the process under test picks its own.
 ONE_LOOP = pytest.mark.asyncio(loop_factories=["uvloop"])
 
 
-async def start_workers(
+@contextlib.asynccontextmanager
+async def workers_process(
     port: int, upstream: str, workers: int, *, start_new_session: bool = False
-) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "h2ping", "-listen", f"127.0.0.1:{port}",
-        "-upstream", upstream, "-workers", str(workers),
-        stderr=asyncio.subprocess.PIPE, start_new_session=start_new_session,
-    )  # fmt: skip
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``h2ping -workers N`` with its stderr piped; killed on the way out if still running."""
+    async with h2ping_subprocess(
+        "-listen", f"127.0.0.1:{port}", "-upstream", upstream, "-workers", str(workers),
+        start_new_session=start_new_session,
+    ) as proc:  # fmt: skip
+        yield proc
+
+
+async def startup_lines(proc: asyncio.subprocess.Process, workers: int) -> list[bytes]:
+    """The first line each worker writes to stderr (its ``listening on``)."""
+    assert proc.stderr is not None
+    return [await asyncio.wait_for(proc.stderr.readline(), 10) for _ in range(workers)]
 
 
 @ONE_LOOP
 async def test_two_workers_share_the_port_and_drain_on_sigterm() -> None:
     async with ScriptedUpstream() as up:
         port = free_port()
-        proc = await start_workers(port, up.url, 2)
-        try:
-            assert proc.stderr is not None
-            lines = [
-                (await asyncio.wait_for(proc.stderr.readline(), 10)).decode() for _ in range(2)
-            ]
+        async with workers_process(port, up.url, 2) as proc:
+            lines = [line.decode() for line in await startup_lines(proc, 2)]
             assert all("listening on" in line for line in lines), lines
             assert "/1: listening on" in "".join(lines) and "/2: listening on" in "".join(lines)
             await wait_for_port(port)
@@ -65,10 +75,6 @@ async def test_two_workers_share_the_port_and_drain_on_sigterm() -> None:
             assert len(up.connections) == 2
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 10) == 0
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
 
 
 @ONE_LOOP
@@ -77,8 +83,8 @@ async def test_workers_exit_1_when_the_port_is_taken() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = await start_workers(port, "https://127.0.0.1:1", 3)
-        _, stderr = await asyncio.wait_for(proc.communicate(), 10)
+        async with workers_process(port, "https://127.0.0.1:1", 3) as proc:
+            _, stderr = await asyncio.wait_for(proc.communicate(), 10)
     assert proc.returncode == 1
     [line] = stderr.decode().splitlines()  # the parent's: no worker was started
     assert line.endswith(f"cannot bind 127.0.0.1:{port}: address already in use"), line
@@ -97,11 +103,10 @@ async def test_a_second_instance_cannot_join_the_port(tmp_path: Path) -> None:
     the same port fails to bind instead of taking half the connections."""
     async with ScriptedUpstream() as first_up, ScriptedUpstream() as second_up:
         port = free_port()
-        first = await launch(
+        async with running(
             [H2PING_SIDECAR, *worker_flags(port, first_up.url, tmp_path / "1.ready")],
             log=tmp_path / "1.log", ready_file=tmp_path / "1.ready",
-        )  # fmt: skip
-        try:
+        ) as first:  # fmt: skip
             with pytest.raises(StartFailed) as failed:
                 await launch(
                     [H2PING_SIDECAR, *worker_flags(port, second_up.url, tmp_path / "2.ready")],
@@ -116,8 +121,6 @@ async def test_a_second_instance_cannot_join_the_port(tmp_path: Path) -> None:
                         assert resp.status == 200
             assert not second_up.connections
             assert await first.terminate() == 0
-        finally:
-            first.kill()
 
 
 @ONE_LOOP
@@ -125,11 +128,10 @@ async def test_the_ready_file_waits_for_every_worker(tmp_path: Path) -> None:
     ready = tmp_path / "w.ready"
     async with ScriptedUpstream() as up:
         # Port 0 works too: the parent binds it once, the workers share what it got.
-        launched = await launch(
+        async with running(
             [H2PING_SIDECAR, *worker_flags(0, up.url, ready, workers=3)],
             log=tmp_path / "w.log", ready_file=ready,
-        )  # fmt: skip
-        try:
+        ) as launched:  # fmt: skip
             assert ready.read_text() == f"{launched.pid}\n"  # the process that was started
             lines = [ln for ln in launched.log_text().splitlines() if "listening on" in ln]
             assert sorted(ln.split(" h2ping ")[1].split(":")[0] for ln in lines) == [
@@ -140,8 +142,6 @@ async def test_the_ready_file_waits_for_every_worker(tmp_path: Path) -> None:
             await wait_for_port(int(port))
             assert await launched.terminate() == 0
             assert not ready.exists()
-        finally:
-            launched.kill()
 
 
 @ONE_LOOP
@@ -155,22 +155,16 @@ async def test_workers_ready_file_removed_on_a_second_signal(tmp_path: Path) -> 
     ready = tmp_path / "w.ready"
     port = free_port()
     async with ScriptedUpstream(hang) as up, aiohttp.ClientSession() as session:
-        launched = await launch(
+        async with running(
             [H2PING_SIDECAR, *worker_flags(port, up.url, ready)],
             log=tmp_path / "w.log", ready_file=ready,
-        )  # fmt: skip
-        try:
+        ) as launched:  # fmt: skip
             request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/hang"))
             await asyncio.wait_for(arrived.wait(), 10)
-            launched.proc.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.3)  # the worker with the request drains (60 s grace)
-            assert launched.proc.poll() is None
-            launched.proc.send_signal(signal.SIGTERM)
-            assert await launched.wait(10) == 1
+            # The worker with the request drains (60 s grace) until the second signal.
+            assert await stop_with_two_signals(launched) == 1
             assert not ready.exists()
             request.cancel()
-        finally:
-            launched.kill()
 
 
 @ONE_LOOP
@@ -194,33 +188,24 @@ async def test_ctrl_c_to_the_process_group_drains_once() -> None:
     worker must still drain and exit 0, not take it as a second signal."""
     async with ScriptedUpstream() as up:
         port = free_port()
-        proc = await start_workers(port, up.url, 2, start_new_session=True)
-        try:
-            assert proc.stderr is not None
-            for _ in range(2):
-                line = await asyncio.wait_for(proc.stderr.readline(), 10)
-                assert b"listening on" in line
+        async with workers_process(port, up.url, 2, start_new_session=True) as proc:
+            lines = await startup_lines(proc, 2)
+            assert all(b"listening on" in line for line in lines), lines
             os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
             _, rest = await asyncio.wait_for(proc.communicate(), 10)
             assert proc.returncode == 0, rest.decode()
             assert rest.count(b"stopped: requests=") == 2, rest.decode()
             assert b"exiting now" not in rest
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
 
 
 @ONE_LOOP
 async def test_workers_die_with_their_parent() -> None:
     async with ScriptedUpstream() as up:
         port = free_port()
-        proc = await start_workers(port, up.url, 2)
-        assert proc.stderr is not None
-        for _ in range(2):
-            await asyncio.wait_for(proc.stderr.readline(), 10)
-        proc.kill()  # SIGKILL: the parent cannot forward anything
-        await proc.wait()
+        async with workers_process(port, up.url, 2) as proc:
+            await startup_lines(proc, 2)
+            proc.kill()  # SIGKILL: the parent cannot forward anything
+            await proc.wait()
         for _ in range(50):
             await asyncio.sleep(0.1)
             try:
@@ -249,7 +234,7 @@ async def test_metrics_add_up_every_worker(tmp_path: Path) -> None:
     port, admin = free_port(), free_port()
     metrics_url = f"http://127.0.0.1:{admin}/metrics"
     async with ScriptedUpstream() as up, aiohttp.ClientSession() as scraper:
-        launched = await launch(
+        async with running(
             [H2PING_SIDECAR, *worker_flags(port, up.url, ready),
              "-admin-listen", f"127.0.0.1:{admin}",
              # PINGs while idle, and idle connections closed soon, so that the
@@ -258,8 +243,7 @@ async def test_metrics_add_up_every_worker(tmp_path: Path) -> None:
              # Both workers append to one access log.
              "-access-log", str(tmp_path / "access.log"), "-log-format", "json"],
             log=tmp_path / "w.log", ready_file=ready,
-        )  # fmt: skip
-        try:
+        ) as launched:  # fmt: skip
             sent = 0
             # Each request on a new client connection, so the kernel spreads them; with
             # its own pool, each worker that served opens its own upstream connection.
@@ -273,8 +257,6 @@ async def test_metrics_add_up_every_worker(tmp_path: Path) -> None:
             await up.wait_for(lambda: all(conn.closed for conn in up.connections), 10)
             quiet = await scrape_metrics(scraper, metrics_url)
             assert await launched.terminate() == 0
-        finally:
-            launched.kill()
     assert right_after[("h2ping_requests_total", "outcome=ok")] == sent
     assert right_after[("h2ping_responses_total", "status_class=2xx")] == sent
     assert right_after[("h2ping_requests_in_flight", "")] == 0

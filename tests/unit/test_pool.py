@@ -4,7 +4,8 @@ matter, real UpstreamConnections on a fake transport where their endings do."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -120,8 +121,27 @@ class FakeDialer:
         return conn
 
 
-def make_pool(dialer: FakeDialer) -> Pool:
-    return Pool(config(), None, Stats(), dial=dialer)
+@asynccontextmanager
+async def open_pool(
+    max_streams: int = 2, *, full_and_held: bool = False
+) -> AsyncIterator[tuple[FakeDialer, Pool]]:
+    """A FakeDialer and a Pool that dials with it; on the way out a held dial is let
+    through and the pool closed, whatever the test did.
+
+    ``full_and_held``: the pool's one connection already carries its one stream and
+    the next dial waits on the gate, so whoever asks for a slot now has to queue."""
+    dialer = FakeDialer(max_streams)
+    pool = Pool(config(), None, Stats(), dial=dialer)
+    try:
+        if full_and_held:
+            assert max_streams == 1
+            (await pool.acquire()).open()
+            dialer.gate = asyncio.Event()
+        yield dialer, pool
+    finally:
+        if dialer.gate is not None:
+            dialer.gate.set()
+        pool.close()
 
 
 async def settle() -> None:
@@ -130,212 +150,179 @@ async def settle() -> None:
 
 
 async def test_opens_a_connection_only_when_no_slot_is_free() -> None:
-    dialer = FakeDialer(max_streams=2)
-    pool = make_pool(dialer)
-    assert pool.try_acquire() is None  # nothing open yet: the caller must wait
-    first = await pool.acquire()
-    second = pool.try_acquire()
-    assert second is not None and first.conn is second.conn is dialer.conns[0]
-    assert pool.try_acquire() is None
-    third = asyncio.create_task(pool.acquire())
-    await settle()
-    assert third.done() and (await third).conn is dialer.conns[1]
-    assert dialer.attempts == 2
-    pool.close()
+    async with open_pool(max_streams=2) as (dialer, pool):
+        assert pool.try_acquire() is None  # nothing open yet: the caller must wait
+        first = await pool.acquire()
+        second = pool.try_acquire()
+        assert second is not None and first.conn is second.conn is dialer.conns[0]
+        assert pool.try_acquire() is None
+        third = asyncio.create_task(pool.acquire())
+        await settle()
+        assert third.done() and (await third).conn is dialer.conns[1]
+        assert dialer.attempts == 2
 
 
 async def test_oldest_connection_first() -> None:
-    dialer = FakeDialer(max_streams=1)
-    pool = make_pool(dialer)
-    a = await pool.acquire()
-    b = await pool.acquire()
-    assert (a.conn.id, b.conn.id) == (1, 2)
-    a.release()
-    c = pool.try_acquire()
-    assert c is not None and c.conn.id == 1
-    pool.close()
+    async with open_pool(max_streams=1) as (_dialer, pool):
+        a = await pool.acquire()
+        b = await pool.acquire()
+        assert (a.conn.id, b.conn.id) == (1, 2)
+        a.release()
+        c = pool.try_acquire()
+        assert c is not None and c.conn.id == 1
 
 
 async def test_waiters_are_served_in_arrival_order() -> None:
-    dialer = FakeDialer(max_streams=1)
-    pool = make_pool(dialer)
-    (await pool.acquire()).open()
-    dialer.gate = asyncio.Event()  # no second connection for now
-    waiters = [asyncio.create_task(pool.acquire()) for _ in range(3)]
-    await settle()
-    assert not any(w.done() for w in waiters)
-    assert pool.try_acquire() is None, "a newcomer went ahead of the queue"
-    order = []
-    for _ in range(3):
-        dialer.conns[0].end_stream()
+    async with open_pool(max_streams=1, full_and_held=True) as (dialer, pool):
+        waiters = [asyncio.create_task(pool.acquire()) for _ in range(3)]
         await settle()
-        done = [i for i, w in enumerate(waiters) if w.done() and i not in order]
-        assert len(done) == 1
-        order += done
-        waiters[done[0]].result().open()
-    assert order == [0, 1, 2]
-    dialer.gate.set()
-    pool.close()
+        assert not any(w.done() for w in waiters)
+        assert pool.try_acquire() is None, "a newcomer went ahead of the queue"
+        order = []
+        for _ in range(3):
+            dialer.conns[0].end_stream()
+            await settle()
+            done = [i for i, w in enumerate(waiters) if w.done() and i not in order]
+            assert len(done) == 1
+            order += done
+            waiters[done[0]].result().open()
+        assert order == [0, 1, 2]
 
 
 async def test_a_waiter_cancelled_after_being_woken_gives_its_slot_to_the_next() -> None:
-    dialer = FakeDialer(max_streams=1)
-    pool = make_pool(dialer)
-    (await pool.acquire()).open()
-    dialer.gate = asyncio.Event()
-    first = asyncio.create_task(pool.acquire())
-    second = asyncio.create_task(pool.acquire())
-    await settle()
-    conn = dialer.conns[0]
-    conn.end_stream()  # wakes `first`: the slot is set as its result...
-    first.cancel()  # ...and it is cancelled before it ran
-    await settle()
-    assert first.cancelled()
-    assert conn.released == 1
-    assert second.done() and second.result().conn is conn
-    assert conn.reserved == 1
-    dialer.gate.set()
-    pool.close()
+    async with open_pool(max_streams=1, full_and_held=True) as (dialer, pool):
+        first = asyncio.create_task(pool.acquire())
+        second = asyncio.create_task(pool.acquire())
+        await settle()
+        conn = dialer.conns[0]
+        conn.end_stream()  # wakes `first`: the slot is set as its result...
+        first.cancel()  # ...and it is cancelled before it ran
+        await settle()
+        assert first.cancelled()
+        assert conn.released == 1
+        assert second.done() and second.result().conn is conn
+        assert conn.reserved == 1
 
 
 async def test_a_waiter_cancelled_while_waiting_leaves_the_queue() -> None:
-    dialer = FakeDialer(max_streams=1)
-    pool = make_pool(dialer)
-    (await pool.acquire()).open()
-    dialer.gate = asyncio.Event()
-    gone = asyncio.create_task(pool.acquire())
-    stays = asyncio.create_task(pool.acquire())
-    await settle()
-    gone.cancel()
-    await settle()
-    dialer.conns[0].end_stream()
-    await settle()
-    assert stays.done() and stays.result().conn is dialer.conns[0]
-    assert dialer.conns[0].released == 0
-    dialer.gate.set()
-    pool.close()
+    async with open_pool(max_streams=1, full_and_held=True) as (dialer, pool):
+        gone = asyncio.create_task(pool.acquire())
+        stays = asyncio.create_task(pool.acquire())
+        await settle()
+        gone.cancel()
+        await settle()
+        dialer.conns[0].end_stream()
+        await settle()
+        assert stays.done() and stays.result().conn is dialer.conns[0]
+        assert dialer.conns[0].released == 0
 
 
 async def test_a_failed_dial_fails_every_waiter_and_the_next_request_dials_again() -> None:
-    dialer = FakeDialer()
-    dialer.fail_with = UpstreamError("connection_refused", "refused")
-    pool = make_pool(dialer)
-    waiters = [asyncio.create_task(pool.acquire()) for _ in range(3)]
-    results = await asyncio.gather(*waiters, return_exceptions=True)
-    assert all(isinstance(r, UpstreamError) and r.error == "connection_refused" for r in results)
-    assert dialer.attempts == 1
-    dialer.fail_with = None
-    slot = await pool.acquire()
-    assert slot.conn.id == 2 and dialer.attempts == 2
-    pool.close()
+    async with open_pool() as (dialer, pool):
+        dialer.fail_with = UpstreamError("connection_refused", "refused")
+        waiters = [asyncio.create_task(pool.acquire()) for _ in range(3)]
+        results = await asyncio.gather(*waiters, return_exceptions=True)
+        assert all(
+            isinstance(r, UpstreamError) and r.error == "connection_refused" for r in results
+        )
+        assert dialer.attempts == 1
+        dialer.fail_with = None
+        slot = await pool.acquire()
+        assert slot.conn.id == 2 and dialer.attempts == 2
 
 
 async def test_a_dial_that_breaks_fails_the_waiters_instead_of_hanging_them(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    dialer = FakeDialer()
-    dialer.fail_with = AttributeError("a bug in dialling")
-    pool = make_pool(dialer)
-    waiters = [asyncio.create_task(pool.acquire()) for _ in range(2)]
-    results = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 2)
-    assert all(isinstance(r, UpstreamError) and r.error == "proxy_internal_error" for r in results)
-    assert "internal error" in caplog.text
-    dialer.fail_with = None
-    slot = await pool.acquire()  # the next request dials again
-    assert slot.conn.id == 2
-    pool.close()
+    async with open_pool() as (dialer, pool):
+        dialer.fail_with = AttributeError("a bug in dialling")
+        waiters = [asyncio.create_task(pool.acquire()) for _ in range(2)]
+        results = await asyncio.wait_for(asyncio.gather(*waiters, return_exceptions=True), 2)
+        assert all(
+            isinstance(r, UpstreamError) and r.error == "proxy_internal_error" for r in results
+        )
+        assert "internal error" in caplog.text
+        dialer.fail_with = None
+        slot = await pool.acquire()  # the next request dials again
+        assert slot.conn.id == 2
 
 
 async def test_close_fails_waiters_and_closes_connections() -> None:
-    dialer = FakeDialer(max_streams=1)
-    pool = make_pool(dialer)
-    (await pool.acquire()).open()
-    dialer.gate = asyncio.Event()
-    waiter = asyncio.create_task(pool.acquire())
-    await settle()
-    pool.close()
-    with pytest.raises(UpstreamError):
-        await waiter
-    assert dialer.conns[0].state is ConnState.CLOSED
-    with pytest.raises(UpstreamError):
-        await pool.acquire()
-    assert pool.try_acquire() is None
+    async with open_pool(max_streams=1, full_and_held=True) as (dialer, pool):
+        waiter = asyncio.create_task(pool.acquire())
+        await settle()
+        pool.close()
+        with pytest.raises(UpstreamError):
+            await waiter
+        assert dialer.conns[0].state is ConnState.CLOSED
+        with pytest.raises(UpstreamError):
+            await pool.acquire()
+        assert pool.try_acquire() is None
 
 
 async def test_a_closed_connection_leaves_the_pool() -> None:
-    dialer = FakeDialer()
-    pool = make_pool(dialer)
-    (await pool.acquire()).release()
-    assert pool.connections == dialer.conns
-    dialer.conns[0].close("gone")
-    assert pool.connections == []
+    async with open_pool() as (dialer, pool):
+        (await pool.acquire()).release()
+        assert pool.connections == dialer.conns
+        dialer.conns[0].close("gone")
+        assert pool.connections == []
 
 
 async def test_a_draining_connection_makes_waiters_dial() -> None:
-    dialer = FakeDialer(max_streams=1)
-    pool = make_pool(dialer)
-    (await pool.acquire()).open()
-    dialer.gate = asyncio.Event()
-    waiter = asyncio.create_task(pool.acquire())
-    await settle()
-    assert dialer.attempts == 2  # the waiter asked for a connection at once
-    conn = dialer.conns[0]
-    conn.state = ConnState.DRAINING  # GOAWAY: takes no new streams
-    conn.end_stream()
-    await settle()
-    assert not waiter.done(), "a draining connection's slot was handed out"
-    dialer.gate.set()
-    await settle()
-    assert waiter.done() and waiter.result().conn.id == 2
-    pool.close()
+    async with open_pool(max_streams=1, full_and_held=True) as (dialer, pool):
+        waiter = asyncio.create_task(pool.acquire())
+        await settle()
+        assert dialer.attempts == 2  # the waiter asked for a connection at once
+        conn = dialer.conns[0]
+        conn.state = ConnState.DRAINING  # GOAWAY: takes no new streams
+        conn.end_stream()
+        await settle()
+        assert not waiter.done(), "a draining connection's slot was handed out"
+        dialer.gate.set()
+        await settle()
+        assert waiter.done() and waiter.result().conn.id == 2
 
 
 async def test_an_idle_connection_at_its_age_closes_without_a_successor() -> None:
-    dialer = FakeDialer()
-    pool = make_pool(dialer)
-    (await pool.acquire()).release()
-    conn = dialer.conns[0]
-    conn.on_age(conn)
-    await settle()
-    assert conn.retired_for == "max-conn-age" and conn.state is ConnState.CLOSED
-    assert dialer.attempts == 1 and pool.connections == []
-    slot = await pool.acquire()  # the next request opens a connection
-    assert slot.conn.id == 2
-    pool.close()
+    async with open_pool() as (dialer, pool):
+        (await pool.acquire()).release()
+        conn = dialer.conns[0]
+        conn.on_age(conn)
+        await settle()
+        assert conn.retired_for == "max-conn-age" and conn.state is ConnState.CLOSED
+        assert dialer.attempts == 1 and pool.connections == []
+        slot = await pool.acquire()  # the next request opens a connection
+        assert slot.conn.id == 2
 
 
 async def test_a_busy_connection_at_its_age_gets_its_successor_first() -> None:
-    dialer = FakeDialer()
-    pool = make_pool(dialer)
-    (await pool.acquire()).open()
-    conn = dialer.conns[0]
-    dialer.gate = asyncio.Event()
-    conn.on_age(conn)
-    await settle()
-    assert dialer.attempts == 2 and conn.retired_for == ""  # still taking streams
-    slot = pool.try_acquire()
-    assert slot is not None and slot.conn is conn
-    slot.release()
-    dialer.gate.set()
-    await settle()
-    assert conn.retired_for == "max-conn-age" and conn.state is ConnState.DRAINING
-    slot = pool.try_acquire()
-    assert slot is not None and slot.conn.id == 2
-    pool.close()
+    async with open_pool() as (dialer, pool):
+        (await pool.acquire()).open()
+        conn = dialer.conns[0]
+        dialer.gate = asyncio.Event()
+        conn.on_age(conn)
+        await settle()
+        assert dialer.attempts == 2 and conn.retired_for == ""  # still taking streams
+        slot = pool.try_acquire()
+        assert slot is not None and slot.conn is conn
+        slot.release()
+        dialer.gate.set()
+        await settle()
+        assert conn.retired_for == "max-conn-age" and conn.state is ConnState.DRAINING
+        slot = pool.try_acquire()
+        assert slot is not None and slot.conn.id == 2
 
 
 async def test_answered_counts_connections_that_left() -> None:
-    dialer = FakeDialer(max_streams=1)
-    pool = make_pool(dialer)
-    await pool.acquire()
-    await pool.acquire()
-    first, second = dialer.conns
-    first.answered, second.answered = 3, 4
-    assert pool.answered == 7
-    first.close("gone")
-    second.answered += 1
-    assert pool.answered == 8
-    pool.close()
+    async with open_pool(max_streams=1) as (dialer, pool):
+        await pool.acquire()
+        await pool.acquire()
+        first, second = dialer.conns
+        first.answered, second.answered = 3, 4
+        assert pool.answered == 7
+        first.close("gone")
+        second.answered += 1
+        assert pool.answered == 8
 
 
 @pytest.mark.parametrize("death", ["connection-lost", "ping-timeout"])
