@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import warnings
 
 _PR_SET_PDEATHSIG = 1
 
@@ -44,7 +45,11 @@ class Reaper:
 
     def __init__(self) -> None:
         read, self._write = os.pipe()
-        pid = os.fork()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns of fork() in a process with threads (pytest-xdist's
+            # workers have them); the watchdog makes plain system calls only.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
         if pid == 0:  # the watchdog: plain system calls only, then exit
             os.close(self._write)
             os.setsid()  # out of the run's group: a signal to it must not reach us
