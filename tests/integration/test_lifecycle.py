@@ -377,7 +377,10 @@ async def test_nginx_goaway_churn(tls: TLSFiles, tmp_path: pathlib.Path) -> None
                 i = queue.pop()
                 async with session.get(f"{proxy.url}/n/{i}") as resp:
                     statuses[resp.status] += 1
-                    bodies_ok += await resp.read() == b"ok /n/%d\n" % i
+                    # Read first: `x += await ...` loads x before the await, and
+                    # the other workers' additions meanwhile would be lost.
+                    body = await resp.read()
+                    bodies_ok += body == b"ok /n/%d\n" % i
 
         await asyncio.gather(*(worker() for _ in range(50)))
         stats = proxy.stats
