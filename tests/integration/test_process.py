@@ -217,20 +217,27 @@ async def test_sigterm_drains_in_flight_request(tls: TLSFiles) -> None:
         await assert_not_accepting(port, "the proxy after shutdown")
 
 
-async def never_answers(scope: dict, receive: Any, send: Any) -> None:
-    if scope["type"] == "http":
-        await read_body(receive)
-        await asyncio.sleep(30)
+def never_answering(arrived: asyncio.Event) -> Any:
+    """An app that takes a request, sets ``arrived``, and never answers it."""
+
+    async def app(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            await read_body(receive)
+            arrived.set()
+            await asyncio.sleep(30)
+
+    return app
 
 
 async def test_grace_expiry_cuts_and_exits_0(tls: TLSFiles) -> None:
-    async with proxy_before(never_answers, tls, "-shutdown-grace", "500ms") as (
+    arrived = asyncio.Event()
+    async with proxy_before(never_answering(arrived), tls, "-shutdown-grace", "500ms") as (
         port,
         proc,
         session,
     ):
         request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/never"))
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(arrived.wait(), 5)
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 10) == 0
         try:
@@ -269,8 +276,9 @@ async def sidecar_with_a_request_open(
     request open through it: yields the process, its ready file and the request."""
     port = free_port()
     ready = tmp_path / "p.ready"
+    arrived = asyncio.Event()
     async with (
-        run_hypercorn(never_answers, tls) as url,
+        run_hypercorn(never_answering(arrived), tls) as url,
         aiohttp.ClientSession() as session,
         running(
             [H2PING_SIDECAR, *proxy_flags(port, url, tls), *flags, "-ready-file", ready],
@@ -278,7 +286,7 @@ async def sidecar_with_a_request_open(
         ) as launched,
     ):  # fmt: skip
         request = asyncio.create_task(session.get(f"http://127.0.0.1:{port}/never"))
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(arrived.wait(), 5)
         try:
             yield launched, ready, request
         finally:
