@@ -112,6 +112,10 @@ COLUMNS["sse"] = (
         # they reach the proxy and leave it.
         ("ev/write", lambda f: f["origin"]["events_per_write"], "{:.1f}"),
         ("ev/read", lambda f: f["events_per_read"], "{:.2f}"),
+        # Mean bytes waiting unread in the window: at the client (the load generator
+        # is behind) and in the proxy's upstream socket (the proxy is).
+        ("unread KiB client", lambda f: f.get("unread_by_client_kib_mean"), "{:,.0f}"),
+        ("unread KiB proxy", lambda f: f.get("unread_by_proxy_kib_mean"), "{:,.0f}"),
         *LAG_COLUMNS,
     ],
     ["cpu_per_10k_events", "delay_p99_ms", "events_per_s"],

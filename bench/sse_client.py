@@ -8,8 +8,9 @@ each, waits until each has its response head, lets ``--warmup`` seconds pass, th
 counts for ``--seconds``: events received, their delay from the origin's send time
 (the events carry it: ``data: <seq> <CLOCK_MONOTONIC us> ...``), sequence gaps, and
 the CPU seconds (/proc utime + stime) that the ``--cpu-pid`` processes (and their
-children) used in that same window. Then it closes every connection and prints one
-JSON line.
+children) used in that same window. With ``--origin-port`` it also samples, four times
+a second, the bytes waiting unread in its own sockets and in the proxy's sockets to
+the origin. Then it closes every connection and prints one JSON line.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import httptools
 from measure import percentiles
 from procs import run_on_uvloop, tree_cpu_seconds
 
+QUEUE_SAMPLE_S = 0.25
+
 
 class Window:
     """Shared by every stream: whether events count now, and what was counted."""
@@ -41,6 +44,7 @@ class Window:
         self.reads = 0  # data_received calls in the window: one per socket read
         self.all_heads = asyncio.get_running_loop().create_future()
         self.outcomes: collections.Counter[str] = collections.Counter()
+        self.queue_samples: list[tuple[int, int]] = []  # unread_bytes() in the window
 
 
 class EventStream(asyncio.Protocol):
@@ -129,6 +133,43 @@ async def open_stream(
     return protocol
 
 
+def unread_bytes(proxy_port: int, origin_port: int) -> tuple[int, int]:
+    """Bytes that arrived in a socket and wait to be read, from /proc/net/tcp: in the
+    client's sockets (from the proxy) and in the proxy's upstream sockets (from the
+    origin). Where events wait tells who is behind: the client, or the proxy."""
+    by_client = by_proxy = 0
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split(None, 5)
+            unread = int(fields[4].partition(":")[2], 16)
+            if unread:
+                remote_port = int(fields[2].partition(":")[2], 16)
+                if remote_port == proxy_port:
+                    by_client += unread
+                elif remote_port == origin_port:
+                    by_proxy += unread
+    return by_client, by_proxy
+
+
+async def sample_queues(args: argparse.Namespace, window: Window) -> None:
+    """Every QUEUE_SAMPLE_S of the window, how much waits unread (unread_bytes)."""
+    while True:
+        await asyncio.sleep(QUEUE_SAMPLE_S)
+        if window.counting:
+            window.queue_samples.append(unread_bytes(args.port, args.origin_port))
+
+
+def queue_figures(samples: list[tuple[int, int]]) -> dict[str, float | None]:
+    figures: dict[str, float | None] = {}
+    for index, whose in enumerate(("client", "proxy")):
+        values = [sample[index] / 1024 for sample in samples]
+        figures[f"unread_by_{whose}_kib_mean"] = sum(values) / len(values) if values else None
+        figures[f"unread_by_{whose}_kib_max"] = max(values) if values else None
+        figures[f"unread_by_{whose}_kib"] = [round(value) for value in values]  # in time order
+    return figures
+
+
 def cpu_seconds(pids: list[int]) -> float:
     return sum(tree_cpu_seconds(pid) for pid in pids)
 
@@ -149,6 +190,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         await asyncio.wait_for(asyncio.shield(window.all_heads), args.head_timeout)
     heads_seconds = time.monotonic() - started
     await asyncio.sleep(args.warmup)
+    sampler = asyncio.create_task(sample_queues(args, window)) if args.origin_port else None
     cpu_before = [cpu_seconds([pid]) for pid in args.cpu_pid]
     own_before = own_cpu_seconds()
     window_start = time.monotonic()
@@ -156,6 +198,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     await asyncio.sleep(args.seconds)
     window.counting = False
     elapsed = time.monotonic() - window_start
+    if sampler is not None:
+        sampler.cancel()
     cpu_after = [cpu_seconds([pid]) for pid in args.cpu_pid]
     cpu = [after - before for after, before in zip(cpu_after, cpu_before, strict=True)]
     own = own_cpu_seconds() - own_before
@@ -185,6 +229,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "cpu_s": dict(zip(args.cpu_name, cpu, strict=True)),
         "client_cpu_s": own,
         "outcomes": dict(window.outcomes),
+        **queue_figures(window.queue_samples),
     }
 
 
@@ -198,6 +243,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--head-timeout", type=float, default=30.0)
     parser.add_argument("--connect-concurrency", type=int, default=200)
+    parser.add_argument(
+        "--origin-port",
+        type=int,
+        default=0,
+        help="the origin's port: sample what waits unread in the client's and the proxy's sockets",
+    )
     parser.add_argument(
         "--cpu", action="append", default=[], metavar="NAME=PID", help="measure this process"
     )

@@ -5,7 +5,9 @@ stamped with its send time; one client process (sse_client.py) holds the C strea
 over HTTP/1.1 through the proxy. Both run on the load core; the proxy is pinned to
 its own. Figures come from one measuring window after a warm-up: events delivered
 per second against the rate asked, delay origin -> client (p50, p99, max), and the
-proxy's CPU seconds (/proc utime + stime) per 10,000 events.
+proxy's CPU seconds (/proc utime + stime) per 10,000 events, and where events wait
+when they are late: unread in the proxy's upstream socket (the proxy is behind) or in
+the client's sockets (the load generator is).
 
 The load generator must not be what limits a row: the Go sidecar delivering the
 full rate proves it for that C, and the origin's and client's own CPU in the window
@@ -62,7 +64,7 @@ def sse(bench: Bench, name: str, flush_each: bool = True) -> dict[str, Any]:
         try:
             origin_proc, origin = _start_origin(bench, flush_each)
             peer = start_peer(peer_name, bench.procs, origin)
-            figures[peer_name] = _run_client(bench, peer, origin_proc, params)
+            figures[peer_name] = _run_client(bench, peer, origin_proc, origin.tls_port, params)
         except BenchError as exc:
             errors[peer_name] = str(exc)
             print(f"  {name}: {peer_name} FAILED: {exc}", flush=True)
@@ -96,7 +98,9 @@ def _stop_origin(bench: Bench, proc: Proc) -> dict[str, Any]:
     return json.loads(lines[-1]) if lines else {}
 
 
-def _run_client(bench: Bench, peer: Peer, origin: Proc, params: dict[str, Any]) -> dict[str, Any]:
+def _run_client(
+    bench: Bench, peer: Peer, origin: Proc, origin_port: int, params: dict[str, Any]
+) -> dict[str, Any]:
     assert peer.proc is not None
     port = peer.url.rsplit(":", 1)[1]
     path = f"/sse?interval_ms={params['interval_ms']}&bytes={params['bytes']}"
@@ -105,6 +109,7 @@ def _run_client(bench: Bench, peer: Peer, origin: Proc, params: dict[str, Any]) 
     argv += ["--interval-ms", str(params["interval_ms"])]
     argv += ["--warmup", str(params["warmup_s"]), "--seconds", str(params["seconds"])]
     argv += ["--cpu", f"proxy={peer.proc.pid}", "--cpu", f"origin={origin.pid}"]
+    argv += ["--origin-port", str(origin_port)]
     client = bench.procs.start(f"sse-client-{peer.name}", argv, cpu=LOAD_CPU)
     limit = 30 + params["warmup_s"] + params["seconds"] + 30  # heads, window, slack
     deadline = time.monotonic() + limit
