@@ -1,12 +1,20 @@
 """When an upstream connection handles what it read: in turns, so that one
 connection moving at full speed leaves the event loop to the others.
 
-Each loop iteration, a connection handles about INBOUND_BATCH of its inbound
-frames (over all the reads the loop hands over in that iteration). If more is
-waiting, it stops reading the transport and takes the next batch in the next
-iteration; so the backlog stays about one read. Unread bytes wait in the kernel,
-or in h2ping's TLS layer, which hands them over in order before any close (see
-:mod:`h2ping.http2.tlslayer`).
+Each loop iteration, a connection handles about one turn's share of its inbound
+frames (over all the reads the loop hands over in that iteration): INBOUND_BATCH,
+or STREAM_SHARE for each of its open streams when that is more, up to TURN_MAX.
+If more is waiting, it stops reading the transport and takes the next share in
+the next iteration; so the backlog stays about one share. Unread bytes wait in the
+kernel, or in h2ping's TLS layer, which hands them over in order before any close
+(see :mod:`h2ping.http2.tlslayer`).
+
+Why the share grows with the streams: each client gets what a turn brought it in
+one write, at the iteration's end. With a thousand streams of small events, a
+64 KiB turn holds less than one event per stream, so a backlog (after a pause of
+the process, say) is written out as one write per event, which costs as much as
+the events arriving meanwhile: the backlog never shrank. A share of a few frames
+per stream writes several events at once and catches up.
 """
 
 from __future__ import annotations
@@ -18,8 +26,19 @@ from collections.abc import Callable
 #: (its DATA delivered to clients included), so that one response moving at
 #: full speed leaves the event loop to the others.
 INBOUND_BATCH = 64 * 1024
-#: The most one read takes from the socket: a turn's share, and a TLS record more.
+#: A turn's share per open stream, when those add up to more than INBOUND_BATCH:
+#: about ten small events each.
+STREAM_SHARE = 1024
+#: The largest turn, however many streams are open.
+TURN_MAX = 1024 * 1024
+#: The most one read takes from the socket: INBOUND_BATCH, and a TLS record more.
+#: A larger share takes several reads in the iteration.
 READ_SIZE = INBOUND_BATCH + 16 * 1024
+
+
+def turn_share(open_streams: int) -> int:
+    """How much inbound a connection with ``open_streams`` handles per iteration."""
+    return min(TURN_MAX, max(INBOUND_BATCH, open_streams * STREAM_SHARE))
 
 
 class InboundTurns:
@@ -27,7 +46,8 @@ class InboundTurns:
 
     ``take_batch(budget)`` handles about ``budget`` bytes of the backlog and
     returns how many; ``backlog_ready()`` says whether whole frames wait;
-    ``over()`` whether the connection has ended (then nothing more is taken)."""
+    ``over()`` whether the connection has ended (then nothing more is taken);
+    ``open_streams()`` how many streams the connection carries (turn_share)."""
 
     def __init__(
         self,
@@ -35,11 +55,13 @@ class InboundTurns:
         take_batch: Callable[[int], int],
         backlog_ready: Callable[[], bool],
         over: Callable[[], bool],
+        open_streams: Callable[[], int],
     ) -> None:
         self._loop = loop
         self._take_batch = take_batch
         self._backlog_ready = backlog_ready
         self._over = over
+        self._open_streams = open_streams
         self._transport: asyncio.Transport | None = None
         self._next: asyncio.Handle | None = None  # the next batch, next iteration
         self._reset: asyncio.Handle | None = None  # ends this iteration's share
@@ -64,12 +86,13 @@ class InboundTurns:
     def _take_turn(self) -> None:
         """Handle what arrived, up to this iteration's share; leave the rest for
         the next, not reading meanwhile."""
-        taken = self._take_batch(INBOUND_BATCH - self._taken)
+        share = turn_share(self._open_streams())
+        taken = self._take_batch(share - self._taken)
         if self._over():
             return
         self._taken += taken
         transport = self._transport
-        if self._backlog_ready() or self._taken >= INBOUND_BATCH:
+        if self._backlog_ready() or self._taken >= share:
             # Paused even with nothing left: else the loop would hand over the
             # next read in this same iteration (uvloop reads up to 32 times).
             if self._reset is not None:

@@ -93,7 +93,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._engine = H2Engine(self, self.streams, config.max_response_header_bytes)
         self._read_buffer = memoryview(bytearray(READ_SIZE))
         self._inbound = InboundTurns(
-            self._loop, self._take_batch, lambda: self._engine.ready, self._is_closed
+            self._loop,
+            self._take_batch,
+            lambda: self._engine.ready,
+            self._is_closed,
+            lambda: len(self.streams),
         )
         self._ping_backoff = ping_backoff
         self.ping_interval = config.ping_interval if ping_backoff is None else ping_backoff.interval

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from h2ping.http2.engine import H2Engine
-from h2ping.http2.inbound import INBOUND_BATCH, InboundTurns
+from h2ping.http2.inbound import INBOUND_BATCH, STREAM_SHARE, TURN_MAX, InboundTurns, turn_share
 from h2ping.http2.outbound import PUMP_BATCH, OutboundPump
 
 from ..fakes import FakeTransport
@@ -20,6 +20,7 @@ class Backlog:
         self.size = 0
         self.batches: list[int] = []
         self.over = False
+        self.streams = 1
 
     def take(self, budget: int) -> int:
         taken = min(self.size, max(budget, 0))
@@ -30,7 +31,11 @@ class Backlog:
 
 def turns(backlog: Backlog, transport: FakeTransport) -> InboundTurns:
     inbound = InboundTurns(
-        asyncio.get_running_loop(), backlog.take, lambda: backlog.size > 0, lambda: backlog.over
+        asyncio.get_running_loop(),
+        backlog.take,
+        lambda: backlog.size > 0,
+        lambda: backlog.over,
+        lambda: backlog.streams,
     )
     inbound.attach(transport)
     return inbound
@@ -62,6 +67,27 @@ async def test_a_large_backlog_is_handled_one_share_per_iteration_without_readin
     await asyncio.sleep(0)
     assert transport.reading and backlog.size == 0
     assert transport.pauses == 1
+
+
+def test_the_share_grows_with_the_open_streams_up_to_its_cap() -> None:
+    assert turn_share(0) == turn_share(1) == INBOUND_BATCH
+    assert turn_share(INBOUND_BATCH // STREAM_SHARE) == INBOUND_BATCH
+    assert turn_share(1000) == 1000 * STREAM_SHARE > INBOUND_BATCH
+    assert turn_share(100_000) == TURN_MAX
+
+
+async def test_a_connection_with_many_streams_takes_a_larger_share_per_iteration() -> None:
+    # A thousand streams of small events: a turn must carry several frames per
+    # stream, or a backlog is written out one event per client write.
+    backlog, transport = Backlog(), FakeTransport(strict=False)
+    inbound = turns(backlog, transport)
+    backlog.streams = 1000
+    backlog.size = 3 * 1000 * STREAM_SHARE
+    inbound.arrived()
+    assert backlog.batches == [1000 * STREAM_SHARE] and not transport.reading
+    backlog.streams = 1  # the streams ended meanwhile: back to the base share
+    await asyncio.sleep(0)
+    assert backlog.batches == [1000 * STREAM_SHARE, INBOUND_BATCH]
 
 
 async def test_reads_in_one_iteration_share_one_budget() -> None:
