@@ -102,7 +102,9 @@ class UpstreamStream:
         self.stream_id = stream_id
         self.sink = sink
         self.state = StreamState.SENDING
-        self._outq: deque[memoryview] = deque()
+        # Made with the first body chunk: most requests have none, and a deque
+        # costs 600 bytes.
+        self._outq: deque[memoryview] | None = None
         self.pending_bytes = 0  # request body queued here, waiting on the peer's windows
         self.unacked = 0  # response bytes delivered but not yet returned as window credit
 
@@ -122,6 +124,8 @@ class UpstreamStream:
         """Queue request body bytes; they leave as the peer's windows allow."""
         if self.state is not StreamState.SENDING or not data:
             return
+        if self._outq is None:
+            self._outq = deque()
         self._outq.append(memoryview(data))
         self.pending_bytes += len(data)
         self.conn.outbound.pump(self)
@@ -251,7 +255,7 @@ class UpstreamStream:
 
     def drop_body(self) -> None:
         """Forget the queued body: the peer will not take it."""
-        self._outq.clear()
+        self._outq = None
         self.pending_bytes = 0
 
     def close(self) -> int:
