@@ -189,14 +189,17 @@ async def test_uploads_with_open_windows_take_little_and_give_it_back(tls: TLSFi
                 done = True
                 await sampler
             assert set(digests) == {hashlib.sha256(body).hexdigest().encode()}
+            # Up to 5 s for the memory to go back (the heap trimmer looks now and then).
             after = anon_rss(proc.pid)
             for _ in range(50):
+                if after - idle < 3 * MIB:
+                    break
                 await asyncio.sleep(0.1)
                 after = min(after, anon_rss(proc.pid))
         finally:
             proc.send_signal(signal.SIGINT)
             await asyncio.wait_for(proc.wait(), 10)
-    figures = f"anonymous RSS idle {idle}, peak {peak}, 5 s after {after}"
+    figures = f"anonymous RSS idle {idle}, peak {peak}, up to 5 s after {after}"
     assert peak - idle < 8 * MIB, figures
     assert after - idle < 3 * MIB, figures
 
