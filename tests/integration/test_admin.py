@@ -24,6 +24,7 @@ from ..conftest import (
     run_hypercorn,
     running_proxy,
     scrape_metrics,
+    wait_until,
 )
 
 
@@ -193,7 +194,7 @@ async def test_a_slow_readyz_holds_up_nothing_else(session: aiohttp.ClientSessio
             loop = asyncio.get_running_loop()
             started = loop.time()
             ready = asyncio.create_task(get(session, proxy, "/readyz"))
-            await asyncio.sleep(0.1)
+            await wait_until(lambda: len(held) == 1)  # /readyz is waiting on the upstream
             assert (await get(session, proxy, "/healthz"))[0] == 200
             assert (await get(session, proxy, "/metrics"))[0] == 200
             assert not ready.done()
@@ -225,7 +226,7 @@ async def test_readyz_fails_while_draining(tls: TLSFiles, session: aiohttp.Clien
         await upstream.wait_for(lambda: len(upstream.requests) == 1)
         assert (await get(session, proxy, "/readyz"))[0] == 200
         stopping = asyncio.create_task(proxy.stop(grace=10))
-        await asyncio.sleep(0.1)
+        await wait_until(lambda: proxy.not_serving() is not None)
         assert await get(session, proxy, "/readyz") == (503, "not ready: draining\n")
         assert (await get(session, proxy, "/healthz"))[0] == 200
         release.set()
@@ -272,9 +273,12 @@ async def test_event_loop_lag_is_measured_when_asked(session: aiohttp.ClientSess
         ScriptedUpstream() as upstream,
         running_proxy(upstream.url, admin_listen="127.0.0.1:0", loop_lag_interval=0.01) as proxy,
     ):
-        await asyncio.sleep(0.3)
+        lag = proxy.lag
+        assert lag is not None
+        await wait_until(lambda: lag.histogram.count >= 10)
+        ticks = lag.histogram.count
         time.sleep(0.05)  # block the loop: one tick must see at least this much lag
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: lag.histogram.count > ticks)
         metrics = await scrape(session, proxy)
         summary = proxy.summary()
     assert metrics[("h2ping_event_loop_lag_seconds_count", "")] >= 10

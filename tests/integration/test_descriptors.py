@@ -22,7 +22,7 @@ from h2ping.process.descriptors import DescriptorWatch, is_shortage
 from h2ping.stats import Stats
 from h2ping.testing import ScriptedUpstream
 
-from ..conftest import free_port
+from ..conftest import free_port, wait_until
 from ..launcher import launch
 
 LIMIT = 40
@@ -40,6 +40,10 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def open_descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 @pytest.mark.one_loop  # the proxy's own loop is the parameter
@@ -61,14 +65,16 @@ async def test_running_out_of_descriptors_is_said_once_and_passes(
             async with aiohttp.ClientSession() as session:
                 async with session.get(url) as resp:
                     assert resp.status == 200
+                idle = open_descriptors(proxy.pid)
                 held = [socket.create_connection(("127.0.0.1", port)) for _ in range(CLIENTS)]
-                await asyncio.sleep(0.5)  # the first shortage
+                await wait_until(lambda: "out of file descriptors" in proxy.log_text())
                 before = cpu_seconds(proxy.pid)
-                await asyncio.sleep(SATURATED_SECONDS)
+                await asyncio.sleep(SATURATED_SECONDS)  # silence: the clients hold on
                 spent = cpu_seconds(proxy.pid) - before
                 for sock in held:
                     sock.close()
-                await asyncio.sleep(1.5)  # the clients' connections end in the proxy
+                # The clients' connections end in the proxy.
+                await wait_until(lambda: open_descriptors(proxy.pid) <= idle)
                 async with session.get(url) as resp:
                     assert resp.status == 200, "not served again once descriptors were free"
         finally:

@@ -52,16 +52,19 @@ async def test_reset_before_headers_is_502_and_not_replayed(
 async def test_failure_after_headers_truncates(
     tls: TLSFiles, session: aiohttp.ClientSession, with_length: bool
 ) -> None:
+    client_has_head = asyncio.Event()
+
     async def handler(request: ScriptedRequest) -> None:
         await request.body()
         headers = [("content-length", "100000")] if with_length else []
         await request.send_headers(200, headers)
         await request.send_data(b"a" * 50_000)
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(client_has_head.wait(), 5)
         request.reset(ErrorCodes.INTERNAL_ERROR)
 
     async with scripted(tls, handler) as up, running_proxy(up.url, tls) as proxy:
         async with session.get(proxy.url + "/x") as resp:
+            client_has_head.set()
             assert resp.status == 200
             with pytest.raises(aiohttp.ClientPayloadError):
                 await resp.read()
@@ -118,13 +121,13 @@ async def test_slow_client_holds_back_only_its_own_stream(tls: TLSFiles) -> None
     async with scripted(tls, handler) as up, running_proxy(up.url, tls) as proxy:
         reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
         writer.write(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
-        await asyncio.sleep(1.0)  # the client reads nothing
+        await asyncio.sleep(1.0)  # silence: the client reads nothing, and the upstream stalls
         stalled_at = sent
         async with aiohttp.ClientSession() as other:
             async with other.get(proxy.url + "/small") as resp:
                 assert await resp.read() == b"small"
         assert len(up.connections) == 1
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # silence: the upstream sends nothing more meanwhile
         assert sent == stalled_at, "upstream kept sending to a client that does not read"
         assert stalled_at < 24 * 1024 * 1024
         head = await reader.readuntil(b"\r\n\r\n")
@@ -160,9 +163,9 @@ async def test_upload_waits_on_upstream_window(tls: TLSFiles) -> None:
     ):
         call = asyncio.create_task(session.post(proxy.url + "/up", data=upload()))
         await up.wait_for(lambda: len(up.requests) == 1)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # silence: the upstream reads nothing, and the upload stalls
         stalled_at = produced
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # silence: the client sends nothing more meanwhile
         assert produced == stalled_at, "the client could keep sending into the proxy"
         assert stalled_at < 24 * 1024 * 1024
         reading.set()

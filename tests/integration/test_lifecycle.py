@@ -20,7 +20,7 @@ from h2ping import Proxy
 from h2ping.process.metrics import Snapshot
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
-from ..conftest import TLSFiles, running_proxy, scripted
+from ..conftest import TLSFiles, running_proxy, scripted, wait_until
 from ..nginx import run_nginx
 
 
@@ -61,7 +61,8 @@ async def test_goaway_below_in_flight_streams(
         first = up.connections[0]
         last = sorted(r.stream_id for r in first.requests)[2]
         first.goaway(last_stream_id=last)
-        await asyncio.sleep(0.1)  # the GOAWAY is processed before any stream finishes
+        # The GOAWAY is processed before any stream finishes.
+        await wait_until(lambda: proxy.stats.goaways == 1)
         release.set()
         responses = await asyncio.gather(*calls)
         bodies = [await r.read() for r in responses]
@@ -98,7 +99,7 @@ async def test_two_step_graceful_goaway(tls: TLSFiles, session: aiohttp.ClientSe
         await up.wait_for(lambda: len(up.requests) == 4)
         first = up.connections[0]
         first.goaway(last_stream_id=2**31 - 1)
-        await asyncio.sleep(0.1)
+        await wait_until(lambda: proxy.stats.goaways == 1)
         # New requests must not go to the announced-closing connection.
         second_batch = [
             asyncio.create_task(session.get(proxy.url + "/b", headers={"x-id": f"b{i}"}))
@@ -108,7 +109,7 @@ async def test_two_step_graceful_goaway(tls: TLSFiles, session: aiohttp.ClientSe
         assert len(first.requests) == 4
         last = sorted(r.stream_id for r in first.requests)[1]
         first.goaway(last_stream_id=last)
-        await asyncio.sleep(0.1)
+        await wait_until(lambda: proxy.stats.goaways == 2)
         release.set()
         responses = await asyncio.gather(*first_batch, *second_batch)
         bodies = sorted([(await r.read()).decode() for r in responses])
@@ -148,7 +149,7 @@ async def test_goaway_while_request_body_is_still_being_sent(
         (request,) = up.requests
         stream_id = request.stream_id
         up.connections[0].goaway(last_stream_id=stream_id if kept_by_goaway else stream_id - 1)
-        await asyncio.sleep(0.1)
+        await wait_until(lambda: proxy.stats.goaways == 1)
         goaway_sent.set()
         resp = await asyncio.wait_for(call, 10)
         assert resp.status == 200
@@ -347,7 +348,8 @@ async def test_max_buffered_bytes_bounds_kept_bodies(
     ):
         calls = [asyncio.create_task(session.post(proxy.url + "/u", data=p)) for p in payloads]
         await up.wait_for(lambda: len(up.requests) == 8)
-        await asyncio.sleep(0.3)
+        # The bodies come in until the bound leaves one unkept for replay.
+        await wait_until(lambda: proxy.stats.unkept_bodies >= 1)
         gate.set()
         responses = await asyncio.gather(*calls)
         digests = [await r.read() for r in responses]

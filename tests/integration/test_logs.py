@@ -19,7 +19,7 @@ from h2ping.process.descriptors import DescriptorWatch
 from h2ping.stats import Stats
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
-from ..conftest import free_port, running_proxy, wait_for_port
+from ..conftest import free_port, running_proxy, wait_for_port, wait_until
 
 
 def record(
@@ -149,7 +149,7 @@ async def test_event_loop_errors_are_logged_in_our_format(caplog: pytest.LogCapt
     loop.set_exception_handler(cli._loop_exception_handler(DescriptorWatch(Stats())))
     try:
         loop.call_soon(operator.truediv, 1, 0)
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: any(r.name == "h2ping" for r in caplog.records))
     finally:
         loop.set_exception_handler(None)
     [rec] = [r for r in caplog.records if r.name == "h2ping"]
@@ -177,7 +177,7 @@ async def test_asyncios_late_accept_retry_after_the_listener_closed_is_not_an_er
     try:
         loop.call_soon(Loop()._start_serving)
         loop.call_soon(Loop()._other)
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: any("_other" in r.getMessage() for r in caplog.records))
     finally:
         loop.set_exception_handler(None)
     errors = [r for r in caplog.records if r.levelname == "ERROR"]

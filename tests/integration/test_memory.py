@@ -18,7 +18,7 @@ import pytest
 from h2ping.process.heap import CHECK_INTERVAL, HeapTrimmer, anon_resident_bytes
 from h2ping.testing import ScriptedRequest
 
-from ..conftest import TLSFiles, free_port, running_proxy, scripted, wait_for_port
+from ..conftest import TLSFiles, free_port, running_proxy, scripted, wait_for_port, wait_until
 
 #: Modules for flags, paths and formats a plain proxy does not use: -admin-listen,
 #: -workers, -log-format json, and the http enum of status names.
@@ -189,14 +189,17 @@ async def test_uploads_with_open_windows_take_little_and_give_it_back(tls: TLSFi
                 done = True
                 await sampler
             assert set(digests) == {hashlib.sha256(body).hexdigest().encode()}
+            # Up to 5 s for the memory to go back (the heap trimmer looks now and then).
             after = anon_rss(proc.pid)
             for _ in range(50):
+                if after - idle < 3 * MIB:
+                    break
                 await asyncio.sleep(0.1)
                 after = min(after, anon_rss(proc.pid))
         finally:
             proc.send_signal(signal.SIGINT)
             await asyncio.wait_for(proc.wait(), 10)
-    figures = f"anonymous RSS idle {idle}, peak {peak}, 5 s after {after}"
+    figures = f"anonymous RSS idle {idle}, peak {peak}, up to 5 s after {after}"
     assert peak - idle < 8 * MIB, figures
     assert after - idle < 3 * MIB, figures
 
@@ -224,8 +227,8 @@ async def test_free_heap_memory_goes_back_to_the_system() -> None:
             libc.free(block)
         held = anon_resident_bytes()
         assert held > touched - MIB, "glibc gave the pages back by itself"
-        await asyncio.sleep(CHECK_INTERVAL * 1.5)
-        assert anon_resident_bytes() < held - 3 * MIB
+        # Within one look of the trimmer's (and half an interval's slack).
+        await wait_until(lambda: anon_resident_bytes() < held - 3 * MIB, CHECK_INTERVAL * 1.5)
     finally:
         trimmer.stop()
         for block in blocks[1::2]:

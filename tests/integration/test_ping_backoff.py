@@ -16,7 +16,7 @@ from h2ping.http2.pingbackoff import MAX_INTERVAL, PingBackoff, punishes_pings
 from h2ping.stats import Stats
 from h2ping.testing import ScriptedConnection, ScriptedRequest
 
-from ..conftest import TLSFiles, running_proxy, scrape_metrics, scripted
+from ..conftest import TLSFiles, running_proxy, scrape_metrics, scripted, wait_until
 
 INTERVAL = 0.2
 
@@ -59,7 +59,7 @@ async def test_too_many_pings_doubles_the_interval_of_the_next_connection(
         # After its second PING the server has had enough, as grpc-go does: it
         # processed no stream (last_stream_id 0) and ends the connection.
         first.goaway(0, code, debug)
-        await asyncio.sleep(0.05)
+        await wait_until(lambda: proxy.stats.goaways == 1)  # read before the close
         first.close()
         await upstream.wait_for(lambda: len(upstream.connections) >= 2, timeout=10)
         second = upstream.connections[1]

@@ -19,7 +19,7 @@ from h2ping.process.siblings import Links
 from h2ping.stats import Stats
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
-from ..conftest import scrape_metrics
+from ..conftest import scrape_metrics, wait_until
 
 
 def admin_url(proxy: Proxy, path: str) -> str:
@@ -137,7 +137,7 @@ async def test_ready_only_when_every_worker_serves(session: aiohttp.ClientSessio
             request = asyncio.create_task(session.get(f"{second.url}/x"))
             await up.wait_for(lambda: len(up.requests) == 1)
             stopping = asyncio.create_task(second.stop())
-            await asyncio.sleep(0.1)
+            await wait_until(lambda: second.not_serving() is not None)
             assert await get(session, admin_url(first, "/readyz")) == (
                 503, "not ready: worker 2: draining\n"
             )  # fmt: skip

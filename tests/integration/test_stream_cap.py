@@ -10,7 +10,7 @@ import aiohttp
 
 from h2ping.testing import ScriptedRequest
 
-from ..conftest import TLSFiles, running_proxy, scripted
+from ..conftest import TLSFiles, running_proxy, scripted, wait_until
 
 REQUESTS = 100
 CAP = 8
@@ -45,7 +45,8 @@ async def test_a_capped_pool_spreads_streams_and_a_dead_connection_fails_few(
         victim = upstream.connections[0]
         on_victim = per_conn[victim.id]
         victim.close()  # a connection dies with its streams (TCP reset, no GOAWAY)
-        await asyncio.sleep(0.2)
+        # Its requests are answered (502) while every other one is still held.
+        await wait_until(lambda: sum(call.done() for call in calls) == on_victim)
         release.set()
         statuses = collections.Counter(await asyncio.gather(*calls))
         assert statuses[502] == on_victim <= CAP, statuses

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 import aiohttp
 import pytest
@@ -16,10 +17,23 @@ from hyperframe.frame import DataFrame, HeadersFrame, RstStreamFrame, SettingsFr
 
 from h2ping.testing import RawPeer, RawUpstream
 
-from ..conftest import running_proxy
+from ..conftest import running_proxy, wait_until
 
 NEIGHBOURS = 20
-BadAnswer = Callable[[RawPeer, int], Awaitable[None]]
+
+
+@dataclass
+class BadClient:
+    """What the client of /bad has seen so far."""
+
+    head: asyncio.Event = field(default_factory=asyncio.Event)  # its response head
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # its whole response, or its end
+
+    async def wait(self, event: asyncio.Event) -> None:
+        await asyncio.wait_for(event.wait(), 10)
+
+
+BadAnswer = Callable[[RawPeer, int, BadClient], Awaitable[None]]
 
 
 def huge_headers(total: int) -> list[tuple[str, str]]:
@@ -32,8 +46,11 @@ async def answer_ok(peer: RawPeer, stream_id: int) -> None:
     peer.send(DataFrame(stream_id, b"ok", flags=["END_STREAM"]).serialize())
 
 
-def bad_first_then_neighbours(bad: BadAnswer) -> Callable[[RawPeer], Awaitable[None]]:
-    """Wait until /bad and all its neighbours are open, answer /bad badly, then the rest."""
+def bad_first_then_neighbours(
+    bad: BadAnswer, client: BadClient
+) -> Callable[[RawPeer], Awaitable[None]]:
+    """Wait until /bad and all its neighbours are open, answer /bad badly, then (once
+    its client has the outcome) the rest."""
 
     async def script(peer: RawPeer) -> None:
         await peer.handshake()
@@ -41,9 +58,9 @@ def bad_first_then_neighbours(bad: BadAnswer) -> Callable[[RawPeer], Awaitable[N
         while len(streams) < NEIGHBOURS + 1:
             stream_id, headers = await peer.read_request()
             streams[dict(headers)[":path"]] = stream_id
-        await bad(peer, streams.pop("/bad"))
+        await bad(peer, streams.pop("/bad"), client)
         await peer.drain()
-        await asyncio.sleep(0.05)  # the proxy has dealt with the bad stream first
+        await client.wait(client.done)  # the proxy has dealt with the bad stream first
         for stream_id in streams.values():
             await answer_ok(peer, stream_id)
         await peer.drain()
@@ -54,21 +71,25 @@ def bad_first_then_neighbours(bad: BadAnswer) -> Callable[[RawPeer], Awaitable[N
 
 async def run_case(bad: BadAnswer) -> tuple[int, str, str, list[int]]:
     """Status, Proxy-Status and body of /bad (0: response cut), and the neighbours' statuses."""
+    client = BadClient()
     async with (
-        RawUpstream(bad_first_then_neighbours(bad)) as up,
+        RawUpstream(bad_first_then_neighbours(bad, client)) as up,
         running_proxy(up.url) as proxy,
         aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
     ):
 
-        async def get(path: str) -> tuple[int, str, str]:
+        async def get(path: str, seen: BadClient | None = None) -> tuple[int, str, str]:
             async with session.get(proxy.url + path) as resp:
+                if seen is not None:
+                    seen.head.set()
                 try:
                     body = await resp.text()
                 except aiohttp.ClientPayloadError:
                     return 0, "", ""
                 return resp.status, resp.headers.get("proxy-status", ""), body
 
-        bad_task = asyncio.create_task(get("/bad"))
+        bad_task = asyncio.create_task(get("/bad", client))
+        bad_task.add_done_callback(lambda _: client.done.set())
         neighbours = [asyncio.create_task(get(f"/n{i}")) for i in range(NEIGHBOURS)]
         status, proxy_status, body = await bad_task
         statuses = [s for s, _, body in await asyncio.gather(*neighbours) if body == "ok"]
@@ -77,13 +98,13 @@ async def run_case(bad: BadAnswer) -> tuple[int, str, str, list[int]]:
         return status, proxy_status, body, statuses
 
 
-async def oversized_header_list(peer: RawPeer, stream_id: int) -> None:
+async def oversized_header_list(peer: RawPeer, stream_id: int, client: BadClient) -> None:
     # The issue's case: a 120 KiB header block, over h2's own 64 KiB default.
     big = huge_headers(120 * 1024)
     peer.send(peer.headers_frame(stream_id, [(":status", "200"), *big], end_stream=True))
 
 
-async def header_list_over_our_limit(peer: RawPeer, stream_id: int) -> None:
+async def header_list_over_our_limit(peer: RawPeer, stream_id: int, client: BadClient) -> None:
     big = huge_headers(300 * 1024)  # over the 256 KiB default
     peer.send(peer.headers_frame(stream_id, [(":status", "200"), *big]))
     peer.send(DataFrame(stream_id, b"body", flags=["END_STREAM"]).serialize())
@@ -131,65 +152,65 @@ async def test_the_limit_is_what_we_advertise_and_is_configurable() -> None:
 
 
 async def head_then(
-    peer: RawPeer, stream_id: int, *frames: bytes, length: str | None = "3"
+    peer: RawPeer, stream_id: int, client: BadClient, *frames: bytes, length: str | None = "3"
 ) -> None:
     """Response headers, then (once the client has them) ``frames``."""
     fields = [(":status", "200")] + ([("content-length", length)] if length else [])
     peer.send(peer.headers_frame(stream_id, fields))
     await peer.drain()
-    await asyncio.sleep(0.1)
+    await client.wait(client.head)
     peer.send(*frames)
 
 
-async def content_length_too_long(peer: RawPeer, stream_id: int) -> None:
-    await head_then(peer, stream_id, DataFrame(stream_id, b"abcdefgh").serialize())
+async def content_length_too_long(peer: RawPeer, stream_id: int, client: BadClient) -> None:
+    await head_then(peer, stream_id, client, DataFrame(stream_id, b"abcdefgh").serialize())
 
 
-async def content_length_too_short(peer: RawPeer, stream_id: int) -> None:
+async def content_length_too_short(peer: RawPeer, stream_id: int, client: BadClient) -> None:
     # All in one go: the proxy has not passed the head on yet, so a 502 stands in.
     peer.send(peer.headers_frame(stream_id, [(":status", "200"), ("content-length", "10")]))
     peer.send(DataFrame(stream_id, b"abc", flags=["END_STREAM"]).serialize())
 
 
-async def invalid_content_length(peer: RawPeer, stream_id: int) -> None:
+async def invalid_content_length(peer: RawPeer, stream_id: int, client: BadClient) -> None:
     fields = [(":status", "200"), ("content-length", "12abc")]
     peer.send(peer.headers_frame(stream_id, fields, end_stream=True))
 
 
-async def conflicting_content_lengths(peer: RawPeer, stream_id: int) -> None:
+async def conflicting_content_lengths(peer: RawPeer, stream_id: int, client: BadClient) -> None:
     fields = [(":status", "200"), ("content-length", "1"), ("content-length", "2")]
     peer.send(peer.headers_frame(stream_id, fields, end_stream=True))
 
 
-async def data_before_headers(peer: RawPeer, stream_id: int) -> None:
+async def data_before_headers(peer: RawPeer, stream_id: int, client: BadClient) -> None:
     peer.send(DataFrame(stream_id, b"early", flags=["END_STREAM"]).serialize())
 
 
-async def trailers_without_end_stream(peer: RawPeer, stream_id: int) -> None:
+async def trailers_without_end_stream(peer: RawPeer, stream_id: int, client: BadClient) -> None:
     trailers = peer.headers_frame(stream_id, [("x-trailer", "1")])  # no END_STREAM
     data = DataFrame(stream_id, b"abc").serialize()
-    await head_then(peer, stream_id, data, trailers, length=None)  # the client reads chunks
+    await head_then(peer, stream_id, client, data, trailers, length=None)  # read as chunks
 
 
-async def informational_with_end_stream(peer: RawPeer, stream_id: int) -> None:
+async def informational_with_end_stream(peer: RawPeer, stream_id: int, client: BadClient) -> None:
     peer.send(peer.headers_frame(stream_id, [(":status", "103")], end_stream=True))
 
 
-async def informational_after_final(peer: RawPeer, stream_id: int) -> None:
-    await head_then(peer, stream_id, peer.headers_frame(stream_id, [(":status", "100")]))
+async def informational_after_final(peer: RawPeer, stream_id: int, client: BadClient) -> None:
+    await head_then(peer, stream_id, client, peer.headers_frame(stream_id, [(":status", "100")]))
 
 
-async def headers_after_end_stream(peer: RawPeer, stream_id: int) -> None:
+async def headers_after_end_stream(peer: RawPeer, stream_id: int, client: BadClient) -> None:
     # The response is complete; a second HEADERS on the closed stream is the
     # peer's confusion, not a reason to fail the neighbours (RFC 9113 5.1 lets
     # a closed stream's frames be a stream error).
     await answer_ok(peer, stream_id)
     await peer.drain()
-    await asyncio.sleep(0.05)
+    await client.wait(client.done)
     peer.send(peer.headers_frame(stream_id, [(":status", "200")], end_stream=True))
 
 
-async def data_after_reset(peer: RawPeer, stream_id: int) -> None:
+async def data_after_reset(peer: RawPeer, stream_id: int, client: BadClient) -> None:
     # The server reset the stream, then a DATA frame it had queued still goes out.
     peer.send(RstStreamFrame(stream_id, error_code=2).serialize())
     peer.send(DataFrame(stream_id, b"late", flags=["END_STREAM"]).serialize())
@@ -243,6 +264,6 @@ async def test_headers_frame_on_a_stream_never_opened_still_ends_the_connection(
         async with session.get(proxy.url + "/x") as resp:
             assert resp.status == 502
             assert PROTOCOL in resp.headers["proxy-status"]
-        assert proxy.pool is not None
-        await asyncio.sleep(0.05)
-        assert proxy.pool.connections == []
+        pool = proxy.pool
+        assert pool is not None
+        await wait_until(lambda: pool.connections == [])

@@ -135,10 +135,12 @@ async def test_misbehaving_upstream_gives_502_then_recovers(
 
 
 async def test_data_beyond_content_length_cuts_the_response(session: aiohttp.ClientSession) -> None:
+    client_has_head = asyncio.Event()
+
     async def too_long(peer: RawPeer, stream_id: int) -> None:
         peer.send(peer.headers_frame(stream_id, [(":status", "200"), ("content-length", "3")]))
         await peer.drain()
-        await asyncio.sleep(0.2)  # the client has the head by now
+        await asyncio.wait_for(client_has_head.wait(), 5)
         peer.send(DataFrame(stream_id, b"abcdefgh", flags=["END_STREAM"]).serialize())
 
     async with (
@@ -146,6 +148,7 @@ async def test_data_beyond_content_length_cuts_the_response(session: aiohttp.Cli
         running_proxy(up.url) as proxy,
     ):
         async with session.get(proxy.url + "/long") as resp:
+            client_has_head.set()
             assert resp.status == 200
             with pytest.raises(aiohttp.ClientPayloadError):
                 await resp.read()
@@ -157,6 +160,7 @@ async def test_other_connections_are_untouched() -> None:
     """Connection 1 serves a slow request well; connection 2 floods. Only the
     request on connection 2 fails."""
     connections = 0
+    slow_arrived = asyncio.Event()
 
     async def script(peer: RawPeer) -> None:
         nonlocal connections
@@ -165,7 +169,8 @@ async def test_other_connections_are_untouched() -> None:
         await peer.handshake({SettingsFrame.MAX_CONCURRENT_STREAMS: 1})
         stream_id, _ = await peer.read_request()
         if mine == 1:
-            await asyncio.sleep(1.0)
+            slow_arrived.set()
+            await asyncio.sleep(1.0)  # held open: the flooded request needs another connection
             await answer_well(peer, stream_id)
             await asyncio.sleep(1.0)
         else:
@@ -178,7 +183,7 @@ async def test_other_connections_are_untouched() -> None:
         aiohttp.ClientSession() as session,
     ):
         slow = asyncio.create_task(session.get(proxy.url + "/slow"))
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(slow_arrived.wait(), 5)
         async with session.get(proxy.url + "/flooded") as resp:
             assert resp.status == 502
         good = await asyncio.wait_for(slow, 5)

@@ -16,11 +16,14 @@ from hyperframe.frame import (
 )
 
 from h2ping import errors
+from h2ping.http2 import upstream
+from h2ping.http2.lifetime import Lifetime
 from h2ping.http2.outbound import PUMP_BATCH
 from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState
 from h2ping.http2.upstream import CONNECTION_WINDOW, STREAM_WINDOW, ConnState, UpstreamConnection
 from h2ping.stats import Stats
 
+from ..fakeloop import FakeLoop
 from ..fakes import FakeTransport
 from ..h2fake import (
     REQUEST,
@@ -321,19 +324,23 @@ async def test_cancel_resets_the_stream_and_frees_its_slot() -> None:
     assert sink.status is None and not sink.data and h.conn.state is ConnState.OPEN
 
 
-async def test_a_connection_without_streams_for_idle_conn_timeout_closes_with_goaway() -> None:
+async def test_a_connection_without_streams_for_idle_conn_timeout_closes_with_goaway(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeLoop()  # the connection's idle clock only: the rest runs on the real loop
+    monkeypatch.setattr(upstream, "Lifetime", lambda _loop, *args: Lifetime(clock, *args))
     h = Harness(idle_conn_timeout=0.05)
     stream, _ = h.open()
-    await asyncio.sleep(0.1)
+    clock.advance(0.08)  # the check at 0.05 found it busy; the next is at 0.10
     assert h.conn.state is ConnState.OPEN, "closed while carrying a stream"
     h.feed(h.server.headers(stream.stream_id, 200, end_stream=True))
-    await asyncio.sleep(0.03)
+    clock.advance(0.03)
     assert h.conn.state is ConnState.OPEN, "the idle clock did not restart at the last stream"
     slot = h.slot()
-    await asyncio.sleep(0.1)
+    clock.advance(0.1)
     assert h.conn.state is ConnState.OPEN, "closed while a slot was reserved"
     slot.release()
-    await asyncio.sleep(0.1)
+    clock.advance(0.1)
     assert h.conn.state is ConnState.CLOSED and h.transport.closed
     (goaway,) = of(GoAwayFrame, h.transport.frames())
     assert goaway.error_code == ErrorCodes.NO_ERROR
