@@ -137,6 +137,9 @@ def _judge(goal: Goal, result: dict[str, Any] | None) -> dict[str, Any]:
     if goal.difference:
         row["difference"] = mine - base
     compared = row.get("difference", row["ratio"])
+    if result.get("params", {}).get("stall_s"):
+        why = f"the proxies were stopped {result['params']['stall_s']:g} s (--sse-stall)"
+        return {**row, "status": "n/a", "why": why}
     if goal.requires is not None:
         name, key, why = goal.requires
         if not peers.get(name, {}).get(key):

@@ -116,6 +116,9 @@ COLUMNS["sse"] = (
         # is behind) and in the proxy's upstream socket (the proxy is).
         ("unread KiB client", lambda f: f.get("unread_by_client_kib_mean"), "{:,.0f}"),
         ("unread KiB proxy", lambda f: f.get("unread_by_proxy_kib_mean"), "{:,.0f}"),
+        # Seconds of the window with 256 KiB or more unread by the proxy (with
+        # --sse-stall, the stop included).
+        ("behind s", lambda f: f.get("proxy_behind_s"), "{:.2f}"),
         *LAG_COLUMNS,
     ],
     ["cpu_per_10k_events", "delay_p99_ms", "events_per_s"],

@@ -202,6 +202,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="the streaming origin writes once per loop iteration, not once per event",
     )
+    parser.add_argument(
+        "--sse-stall",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="stop each proxy this long (SIGSTOP) 1 s into the streaming window; "
+        "'behind s' then shows how long it took to catch up",
+    )
     args = parser.parse_args(argv)
     names = [
         name
@@ -240,7 +248,9 @@ def run_scenarios(
             elif name == "inflight50k":
                 result = scenarios.inflight(bench, 50_000, seconds)
             elif name in streaming.CASES:
-                result = streaming.sse(bench, name, flush_each=not args.sse_batched)
+                result = streaming.sse(
+                    bench, name, flush_each=not args.sse_batched, stall=args.sse_stall
+                )
             else:
                 result = getattr(scenarios, name)(bench)
             result["wall_seconds"] = round(time.monotonic() - started, 1)

@@ -21,7 +21,9 @@ import asyncio
 import collections
 import contextlib
 import json
+import os
 import resource
+import signal
 import sys
 import time
 
@@ -30,6 +32,8 @@ from measure import percentiles
 from procs import run_on_uvloop, tree_cpu_seconds
 
 QUEUE_SAMPLE_S = 0.25
+#: The proxy counts as behind while this much waits unread in its upstream socket.
+BEHIND_KIB = 256
 
 
 class Window:
@@ -167,7 +171,20 @@ def queue_figures(samples: list[tuple[int, int]]) -> dict[str, float | None]:
         figures[f"unread_by_{whose}_kib_mean"] = sum(values) / len(values) if values else None
         figures[f"unread_by_{whose}_kib_max"] = max(values) if values else None
         figures[f"unread_by_{whose}_kib"] = [round(value) for value in values]  # in time order
+    behind = sum(by_proxy >= BEHIND_KIB * 1024 for _, by_proxy in samples) * QUEUE_SAMPLE_S
+    figures["proxy_behind_s"] = behind if samples else None
     return figures
+
+
+async def stall(pid: int, seconds: float) -> None:
+    """One second into the window, stop the proxy (SIGSTOP) for ``seconds``: as a
+    pause of the host or a long collection would. Then see whether it catches up."""
+    await asyncio.sleep(1.0)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -191,6 +208,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     heads_seconds = time.monotonic() - started
     await asyncio.sleep(args.warmup)
     sampler = asyncio.create_task(sample_queues(args, window)) if args.origin_port else None
+    stopper = None
+    if args.stall:
+        stopper = asyncio.create_task(stall(args.cpu_pid[args.cpu_name.index("proxy")], args.stall))
     cpu_before = [cpu_seconds([pid]) for pid in args.cpu_pid]
     own_before = own_cpu_seconds()
     window_start = time.monotonic()
@@ -198,8 +218,11 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     await asyncio.sleep(args.seconds)
     window.counting = False
     elapsed = time.monotonic() - window_start
-    if sampler is not None:
-        sampler.cancel()
+    for task in (sampler, stopper):
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     cpu_after = [cpu_seconds([pid]) for pid in args.cpu_pid]
     cpu = [after - before for after, before in zip(cpu_after, cpu_before, strict=True)]
     own = own_cpu_seconds() - own_before
@@ -229,6 +252,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "cpu_s": dict(zip(args.cpu_name, cpu, strict=True)),
         "client_cpu_s": own,
         "outcomes": dict(window.outcomes),
+        "stall_s": args.stall,
         **queue_figures(window.queue_samples),
     }
 
@@ -243,6 +267,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--head-timeout", type=float, default=30.0)
     parser.add_argument("--connect-concurrency", type=int, default=200)
+    parser.add_argument(
+        "--stall",
+        type=float,
+        default=0.0,
+        help="stop the proxy (the --cpu proxy=PID) this many seconds, 1 s into the window",
+    )
     parser.add_argument(
         "--origin-port",
         type=int,
