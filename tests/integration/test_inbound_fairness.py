@@ -15,7 +15,7 @@ import pytest
 from hyperframe.frame import DataFrame
 
 from h2ping.http2.engine.frames import MAX_FRAME_SIZE
-from h2ping.http2.inbound import INBOUND_BATCH
+from h2ping.http2.inbound import INBOUND_BATCH, STREAM_SHARE
 from h2ping.http2.upstream import ConnState
 from h2ping.testing import ScriptedRequest
 
@@ -59,6 +59,32 @@ async def test_one_big_read_is_handled_over_many_loop_turns_in_order() -> None:
     steps = [b - a for a, b in itertools.pairwise(seen)]
     assert len([s for s in steps if s]) >= len(body) // TURN  # progress, turn by turn
     assert max(steps) <= TURN
+
+
+@pytest.mark.parametrize(("streams", "events"), [(20, 60), (200, 10)])
+async def test_a_turn_takes_a_share_per_open_stream(streams: int, events: int) -> None:
+    """Small events for each of many streams, in one read larger than INBOUND_BATCH:
+    with 200 streams a turn's share (1 KiB each) takes the whole read at once, so
+    each client gets its events in one write; with 20 the share stays at
+    INBOUND_BATCH and the read takes several turns, reading paused meanwhile."""
+    h = Harness(max_streams=streams, window=2**31 - 1)
+    opened = [h.open() for _ in range(streams)]
+    event = b"data: " + b"x" * 58  # 64 bytes, 73 framed
+    read = b"".join(h.server.headers(stream.stream_id, 200) for stream, _ in opened)
+    read += b"".join(
+        h.server.data(stream.stream_id, event) for _ in range(events) for stream, _ in opened
+    )
+    assert len(read) > INBOUND_BATCH + MAX_FRAME_SIZE
+    many = streams * STREAM_SHARE > INBOUND_BATCH
+    assert many == (streams == 200) and (len(read) <= streams * STREAM_SHARE) == many
+    h.feed(read)
+    delivered = sum(len(sink.data) for _, sink in opened)
+    if many:
+        assert delivered == streams * events * len(event) and h.transport.reading
+    else:
+        assert delivered <= TURN and not h.transport.reading
+    await h.settle()
+    assert all(bytes(sink.data) == event * events for _, sink in opened)
 
 
 async def test_bytes_read_during_a_backlog_queue_behind_it_goaway_included() -> None:
