@@ -212,8 +212,7 @@ class Twin:
             lengths[stream_id] = (
                 stream._expected_content_length,
                 stream._actual_content_length,
-                stream.state_machine.state,
-                stream.state_machine.stream_closed_by,
+                sorted(vars(stream.state_machine).items()),  # its state, and all it remembers
                 stream.request_method,
                 stream._authority,
             )

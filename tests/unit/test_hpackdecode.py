@@ -117,3 +117,13 @@ def test_fields_naming_a_dynamic_entry_are_decoded_each_time(field: bytes) -> No
     )
     assert [headers[1][0] for headers, _ in outcomes] == [b"x-a", b"x-b"]  # type: ignore[index]
     assert mine.hits == 0
+
+
+def test_a_repeated_field_larger_than_the_table_empties_it() -> None:
+    """RFC 7541 4.4: an entry larger than the table leaves it empty. The table
+    is 100 bytes; x-a: 1 takes 36 of them, server: v*80 would take 118."""
+    small = b"\x3f\x45"  # a dynamic table size update to 100
+    big = literal(b"\x76", b"v" * 80)  # incremental indexing, name: static entry 54 (server)
+    mine, _, _ = decode_both([small + add_entry(b"x-a", b"1") + big, add_entry(b"x-a", b"1") + big])
+    assert mine.hits == 2  # both from the store the second time; the big one still empties
+    assert not mine.header_table.dynamic_entries

@@ -56,7 +56,8 @@ hold the fast paths to what h2 itself does, event for event and byte for byte.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING, Any
+from itertools import chain
+from typing import TYPE_CHECKING, Any, cast
 
 import h2.config
 import h2.connection
@@ -108,13 +109,20 @@ _BODY_SENDING = (
     lookup("h2.stream.StreamState.OPEN"),
     lookup("h2.stream.StreamState.HALF_CLOSED_REMOTE"),
 )
-_OUTBOUND = lookup("h2.connection.AllowedStreamIDs.ODD")
+_IDLE = _SENDING[0]
+_OPEN, _HALF_CLOSED_LOCAL = _RECEIVING
+_HALF_CLOSED_REMOTE = lookup("h2.stream.StreamState.HALF_CLOSED_REMOTE")
 _SEND_HEADERS = lookup("h2.connection.ConnectionInputs.SEND_HEADERS")
-_STREAM_SEND_HEADERS = lookup("h2.stream.StreamInputs.SEND_HEADERS")
 _STREAM_SEND_END = lookup("h2.stream.StreamInputs.SEND_END_STREAM")
 _RECV_HEADERS = lookup("h2.connection.ConnectionInputs.RECV_HEADERS")
-_STREAM_RECV_END = lookup("h2.stream.StreamInputs.RECV_END_STREAM")
 _CLOSED_BY_RESET = lookup("h2.stream.StreamClosedBy.SEND_RST_STREAM")
+_CLOSED_BY_END = lookup("h2.stream.StreamClosedBy.RECV_END_STREAM")
+#: A stream's state once its response ends (RECV_END_STREAM), by its state
+#: before, as h2's stream state machine has it: the request's END_STREAM sent
+#: or not. The fast paths make this move, and those of a request sent and a
+#: response head received, by writing their outcome; the probes compare every
+#: attribute of the streams they leave with plain h2's.
+_AFTER_RESPONSE_END = {_OPEN: _HALF_CLOSED_REMOTE, _HALF_CLOSED_LOCAL: _CLOSED}
 _DATA_FRAME, _HEADERS_FRAME, _END_STREAM, _END_HEADERS = b"\x00", b"\x01", 0x1, 0x4
 #: h2 forgets closed streams whenever it counts open ones, on every request it
 #: sends; the fast path counts (and forgets) once its table has doubled.
@@ -134,9 +142,33 @@ H2_CONFIG = h2.config.H2Configuration(
 )
 
 
-def header_list_size(headers: Iterable[tuple[bytes, bytes]]) -> int:
+def _copies_inbound_frame_size() -> bool:
+    """Whether h2 gives a new stream the connection's max_inbound_frame_size
+    (h2 before 4.2 does; later releases keep it on the connection alone)."""
+    try:
+        conn = h2.connection.H2Connection(H2_CONFIG)
+        stream = conn._begin_new_stream(1, lookup("h2.connection.AllowedStreamIDs.ODD"))
+        return "max_inbound_frame_size" in vars(stream)
+    except Exception:  # a changed h2: the request_headers probe judges the path
+        return False
+
+
+#: What _begin_new_stream does here, request_headers does too.
+_COPIES_INBOUND_FRAME_SIZE = _copies_inbound_frame_size()
+
+
+def header_list_size(headers: Collection[tuple[bytes, bytes]]) -> int:
     """The size SETTINGS_MAX_HEADER_LIST_SIZE limits (RFC 9113 6.5.2)."""
-    return sum(len(name) + len(value) + FIELD_OVERHEAD for name, value in headers)
+    return sum(map(len, chain.from_iterable(headers))) + FIELD_OVERHEAD * len(headers)
+
+
+def _response_ended(machine: Any) -> None:
+    """RECV_END_STREAM on a receiving stream (OPEN or HALF_CLOSED_LOCAL), as
+    h2's state machine makes it, without the StreamEnded event nobody reads."""
+    state = _AFTER_RESPONSE_END[machine.state]
+    machine.state = state
+    if state is _CLOSED:
+        machine.stream_closed_by = _CLOSED_BY_END  # stream_ended
 
 
 class StreamFault(h2.events.Event):
@@ -186,7 +218,7 @@ class _Stream(_H2Stream):
             # still holds with ProtocolError. The request_headers path forgets
             # closed streams later than h2 would: all are refused the first way.
             raise h2.exceptions.StreamClosedError(self.stream_id)
-        size = header_list_size(headers)  # a list: h2 decoded the whole block
+        size = header_list_size(cast("list[Header]", headers))  # h2 decoded the whole block
         if size > self.header_list_limit:
             trailers = self.state_machine.headers_received
             error = (
@@ -266,6 +298,8 @@ class H2Connection(h2.connection.H2Connection):
         self._stream_class = (
             _UncheckedStream if self._fast_responses and _unchecked(config) else _Stream
         )
+        #: What request_headers makes a stream of: what _begin_new_stream leaves.
+        self._new_stream = self._stream_class if self._stream_faults else _H2Stream
         self._forget_at = _FORGET_FLOOR
         self._request_blocks = RequestBlockEncoder()
         if HPACK in fast:
@@ -298,19 +332,40 @@ class H2Connection(h2.connection.H2Connection):
         size = len(block)
         if size > self.max_outbound_frame_size:
             return False
+        if stream_id <= self.highest_outbound_stream_id or not stream_id & 1:
+            return False  # h2 raises: an id too low, or a server's
         known = len(self.streams)  # open ones, and closed ones not yet forgotten
         if known >= self._forget_at or known >= self.remote_settings.max_concurrent_streams:
             if self.open_outbound_streams >= self.remote_settings.max_concurrent_streams:
                 return False  # h2 raises TooManyStreamsError
             self._forget_at = max(_FORGET_FLOOR, 2 * len(self.streams))
-        self.state_machine.process_input(_SEND_HEADERS)
-        stream = self._get_or_create_stream(stream_id, _OUTBOUND)
+        if self.state_machine.state is _IDLE:  # the first request opens the connection
+            self.state_machine.process_input(_SEND_HEADERS)
+        # The stream, as h2's _begin_new_stream makes it, and the moves of its
+        # state machine that send_headers makes: IDLE to OPEN (request_sent), and
+        # on to HALF_CLOSED_LOCAL with END_STREAM.
+        stream = self._new_stream(
+            stream_id,
+            self.config,
+            self.local_settings.initial_window_size,
+            self.remote_settings.initial_window_size,
+        )
+        stream.max_outbound_frame_size = self.max_outbound_frame_size
+        if _COPIES_INBOUND_FRAME_SIZE:
+            stream.max_inbound_frame_size = self.max_inbound_frame_size  # type: ignore[attr-defined]
+        if self._stream_faults:
+            stream.header_list_limit = self.header_list_limit  # type: ignore[attr-defined]
+        self.streams[stream_id] = stream
+        self.highest_outbound_stream_id = stream_id
         machine = stream.state_machine
-        machine.process_input(_STREAM_SEND_HEADERS)
+        machine.client = True
+        machine.headers_sent = True
         flags = _END_HEADERS
         if end_stream:
-            machine.process_input(_STREAM_SEND_END)
+            machine.state = _HALF_CLOSED_LOCAL
             flags |= _END_STREAM
+        else:
+            machine.state = _OPEN
         for name, value in headers:
             if name == b":method":
                 stream.request_method = value
@@ -360,11 +415,14 @@ class H2Connection(h2.connection.H2Connection):
 
     def take_response_headers(
         self, stream_id: int, block: bytes, end_stream: bool
-    ) -> list[h2.events.Event] | None:
+    ) -> tuple[list[Header] | None, list[h2.events.Event]] | None:
         """Take a response's first header block (one HEADERS frame with
-        END_HEADERS, no padding or priority) on ``stream_id`` as h2 would, and
-        return h2's events for it. None, with nothing changed (the block not
-        decoded), where h2 might do otherwise: the caller then gives h2 the frame."""
+        END_HEADERS, no padding or priority) on ``stream_id`` as h2 would.
+        Returns ``(headers, [])`` for a final response with nothing else to say
+        (the caller tells the stream its response, and its end with
+        ``end_stream``), else ``(None, events)``: h2's events for it. None,
+        with nothing changed (the block not decoded), where h2 might do
+        otherwise: the caller then gives h2 the frame."""
         if not self._fast_responses or self.state_machine.state is not _CLIENT_OPEN:
             return None
         stream = self.streams.get(stream_id)
@@ -374,19 +432,49 @@ class H2Connection(h2.connection.H2Connection):
         if machine.state not in _RECEIVING or machine.headers_received:
             return None  # trailers, or a stream h2 must refuse
         try:
-            headers = h2.connection._decode_headers(self.decoder, block)
+            headers = cast("list[Header]", h2.connection._decode_headers(self.decoder, block))
+            if stream.__class__ is _UncheckedStream and self._final_response(
+                stream, headers, end_stream
+            ):
+                return headers, []
+            # (CLIENT_OPEN, RECV_HEADERS) changes nothing; h2 asks all the same.
             events: list[h2.events.Event] = self.state_machine.process_input(_RECV_HEADERS)
             frames, stream_events = stream.receive_headers(
                 headers, end_stream, self.config.header_encoding
             )
         except _Fault as fault:
-            return self._reset_faulty(None, fault.event)
+            return None, self._reset_faulty(None, fault.event)
         except h2.exceptions.ProtocolError as exc:
             self._terminate_connection(exc.error_code)  # as h2's receive_data does
             raise
         if frames:
             self._prepare_for_sending(frames)
-        return events + stream_events
+        return None, events + stream_events
+
+    def _final_response(
+        self, stream: h2.stream.H2Stream, headers: list[Header], end_stream: bool
+    ) -> bool:
+        """Make the changes h2's ``receive_headers`` makes for a final response
+        head within our header list limit and with a valid content-length (if
+        any), and say True; else False with nothing changed, and h2's own steps
+        follow. The connection's state machine does not move on response HEADERS
+        (CLIENT_OPEN stays), and the checks and conversions of _UncheckedStream
+        are off: what is left is the stream's state and its content-length."""
+        if not headers or headers[0][0] != b":status" or headers[0][1][:1] == b"1":
+            return False  # informational (or :status not first): h2 sorts it out
+        if header_list_size(headers) > stream.header_list_limit:  # type: ignore[attr-defined]
+            return False  # _Stream faults it
+        machine = stream.state_machine
+        if machine.client is not True:
+            return False  # h2 asserts it
+        try:
+            stream._initialize_content_length(headers)
+        except h2.exceptions.ProtocolError:
+            return False  # h2 raises it again, and _Stream faults it
+        machine.headers_received = True  # response_received
+        if end_stream:
+            _response_ended(machine)
+        return True
 
     def take_plain_data(self, stream_id: int, size: int) -> bool:
         """Account for a DATA frame without flags (no END_STREAM, no padding) of
@@ -403,7 +491,7 @@ class H2Connection(h2.connection.H2Connection):
         stream = self._take_data(stream_id, size, True)
         if stream is None:
             return False
-        stream.state_machine.process_input(_STREAM_RECV_END)
+        _response_ended(stream.state_machine)
         return True
 
     def _take_data(self, stream_id: int, size: int, last: bool) -> h2.stream.H2Stream | None:

@@ -214,11 +214,14 @@ class H2Engine:
         payload = frame[FRAME_HEADER:]
         if frame[3] == HEADERS_TYPE:
             self._release()
-            said = self._h2.take_response_headers(stream_id, payload, bool(frame[4] & 0x1))
-            if said is None:
+            end = bool(frame[4] & 0x1)
+            taken = self._h2.take_response_headers(stream_id, payload, end)
+            if taken is None:
                 self._receive(frame)
+            elif taken[0] is None:
+                self._tell(taken[1])
             else:
-                self._tell(said)
+                self._final_response(stream_id, taken[0], end)
             return
         size = len(payload)
         if not self._h2.take_last_data(stream_id, size):
@@ -227,6 +230,22 @@ class H2Engine:
         self._deliver(stream_id, payload, size)
         self._release()
         try:
+            if (stream := self._streams.get(stream_id)) is not None:
+                stream.got_end()
+        except Exception:
+            self._events.on_internal_error(stream_id)
+
+    def _final_response(self, stream_id: int, headers: list[Header], end: bool) -> None:
+        """What h2's ResponseReceived (and StreamEnded, with ``end``) would tell."""
+        self.responses += 1
+        try:
+            if (stream := self._streams.get(stream_id)) is not None:
+                stream.got_response(headers, end)
+        except Exception:  # a bug serving one stream must not end the others
+            self._events.on_internal_error(stream_id)
+        if not end:
+            return
+        try:  # looked up again: the response head may have ended the stream
             if (stream := self._streams.get(stream_id)) is not None:
                 stream.got_end()
         except Exception:

@@ -85,9 +85,8 @@ class _Twin:
             self.record.append(_raised(exc))
             return
         self.record.append(self.sent.frames(self.conn.data_to_send()))
-        stream = self.conn.streams[stream_id]
-        machines = [self.conn.state_machine.state, stream.state_machine.state]
-        self.record.append([*machines, stream.request_method, stream._authority])
+        self.record.append([self.conn.state_machine.state, self.conn.highest_outbound_stream_id])
+        self.record.append(_stream_state(self.conn, stream_id))
 
     def body(self, stream_id: int, size: int, end_stream: bool) -> None:
         """Send ``size`` bytes of a request's body; record its frames, the
@@ -120,21 +119,33 @@ class _Twin:
             self.record.append(self.conn.data_to_send())
         else:
             self.frames(_data(stream_id, size, end=True))
+        self.record.append(_stream_state(self.conn, stream_id))
 
     def response_headers(self, frame: HeadersFrame) -> None:
         end = "END_STREAM" in frame.flags
         try:
-            events = self.conn.take_response_headers(frame.stream_id, frame.data, end)
+            taken = self.conn.take_response_headers(frame.stream_id, frame.data, end)
         except Exception as exc:
             self.record.append(_raised(exc))
             self.record.append(self.conn.data_to_send())
+            self.record.append(_stream_state(self.conn, frame.stream_id))
             return
-        if events is None:
+        if taken is None:
             self.frames(frame)
+            self.record.append(_stream_state(self.conn, frame.stream_id))
             return
         self.taken += 1
+        headers, events = taken
+        if headers is not None:  # what the engine tells: h2's events would say the same
+            response = _new_event(h2.events.ResponseReceived, frame.stream_id)
+            response.headers = headers
+            events = [response]
+            if end:
+                response.stream_ended = _new_event(h2.events.StreamEnded, frame.stream_id)
+                events.append(response.stream_ended)
         self.record.append([_event(event) for event in events])
         self.record.append(self.conn.data_to_send())
+        self.record.append(_stream_state(self.conn, frame.stream_id))
 
     def ack(self, stream_id: int, size: int) -> None:
         if self.conn.ack_quietly(stream_id, size):
@@ -142,6 +153,33 @@ class _Twin:
         else:
             self.conn.acknowledge_received_data(size, stream_id)
         self.record.append(self.conn.data_to_send())
+
+
+def _stream_state(conn: H2Connection, stream_id: int) -> Any:
+    """Everything h2 keeps of stream ``stream_id``: its attributes, its state
+    machine's and its window's, whatever they are named in this release."""
+    stream = conn.streams.get(stream_id)
+    if stream is None:
+        return None
+    kept: list[tuple[str, Any]] = []
+    for name, value in sorted(vars(stream).items()):
+        if value is conn.config:
+            kept.append((name, "the connection's configuration"))
+        elif hasattr(value, "__dict__"):  # the state machine, the window: by what they hold
+            kept.append((name, sorted(vars(value).items())))
+        else:
+            kept.append((name, value))
+    return kept
+
+
+def _new_event(cls: Any, stream_id: int) -> Any:
+    """An h2 event for ``stream_id`` (h2 before 4.2 takes no arguments)."""
+    try:
+        return cls(stream_id=stream_id)
+    except TypeError:
+        event = cls()
+        event.stream_id = stream_id
+        return event
 
 
 def _raised(exc: Exception) -> tuple[str, str]:
