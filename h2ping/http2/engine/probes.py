@@ -122,17 +122,20 @@ class _Twin:
         self.record.append(_stream_state(self.conn, stream_id))
 
     def response_headers(self, frame: HeadersFrame) -> None:
+        """Take (or refuse) ``frame``; record what it said and the stream it left."""
+        self._response_headers(frame)
+        self.record.append(_stream_state(self.conn, frame.stream_id))
+
+    def _response_headers(self, frame: HeadersFrame) -> None:
         end = "END_STREAM" in frame.flags
         try:
             taken = self.conn.take_response_headers(frame.stream_id, frame.data, end)
         except Exception as exc:
             self.record.append(_raised(exc))
             self.record.append(self.conn.data_to_send())
-            self.record.append(_stream_state(self.conn, frame.stream_id))
             return
         if taken is None:
             self.frames(frame)
-            self.record.append(_stream_state(self.conn, frame.stream_id))
             return
         self.taken += 1
         headers, events = taken
@@ -145,7 +148,6 @@ class _Twin:
                 events.append(response.stream_ended)
         self.record.append([_event(event) for event in events])
         self.record.append(self.conn.data_to_send())
-        self.record.append(_stream_state(self.conn, frame.stream_id))
 
     def ack(self, stream_id: int, size: int) -> None:
         if self.conn.ack_quietly(stream_id, size):
