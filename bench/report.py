@@ -172,9 +172,26 @@ def render(name: str, result: dict[str, Any]) -> str:
             cells.append("-" if ratio is None else f"{ratio:.2f}")
         rows.append(cells)
     lines = [title, table(headers, rows)]
+    lines += _round_lines(result["peers"])
     lines += [f"  {peer}: ERROR {msg.splitlines()[0]}" for peer, msg in result["errors"].items()]
     lines += [f"  {note}" for note in result.get("notes", [])]
     return "\n".join(lines)
+
+
+def _round_lines(peers: dict[str, Any]) -> list[str]:
+    """Each figure the median was taken of, round by round, for the peers measured
+    in several rounds: how much the machine moved under them."""
+    lines = []
+    for peer, figures in peers.items():
+        rounds = figures.get("rounds")
+        if not rounds:
+            continue
+        spread = "; ".join(
+            f"{key} " + " ".join("?" if r[key] is None else f"{r[key]:,.0f}" for r in rounds)
+            for key in rounds[0]
+        )
+        lines.append(f"  {peer}, {len(rounds)} rounds (medians above): {spread}")
+    return lines
 
 
 def _kind(name: str) -> str:

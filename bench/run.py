@@ -190,6 +190,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma list of {', '.join(ALL_SCENARIOS)}",
     )
     parser.add_argument("--peers", help="comma list (default: every installed one)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        help="measure Go and h2ping this many times in turn and take medians, in the "
+        "rate, latency, transfer and workers scenarios (default: 3; 1 with --quick)",
+    )
     parser.add_argument("--inflight-n", type=int, help="override N of the in-flight scenario")
     parser.add_argument("--inflight-seconds", type=int, help="override T of the same")
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "latest.json")
@@ -221,6 +227,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown scenarios {unknown}; choose from {', '.join(ALL_SCENARIOS)}")
     args.scenarios = names
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
+    elif args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     return args
 
 
@@ -237,7 +247,7 @@ def run_scenarios(
     procs = Procs(tmp)
     try:
         origin = start_origin(procs, tmp)
-        bench = scenarios.Bench(procs, origin, tmp, args.quick, peers)
+        bench = scenarios.Bench(procs, origin, tmp, args.quick, peers, args.rounds)
         n = args.inflight_n or (1000 if args.quick else 10_000)
         seconds = args.inflight_seconds or (10 if args.quick else 60)
         for name in args.scenarios:
@@ -280,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {
         **environment(peers),
         "quick": args.quick,
+        "rounds": args.rounds,
         "peers": peers,
         "rlimit_nofile": nofile,
         "scenarios": {},
@@ -338,7 +349,8 @@ def print_summary(doc: dict[str, Any]) -> None:
 
     print(
         f"\n==== h2ping bench, {doc['date']}, {doc['nproc']} x {doc['cpu_model']}, "
-        f"{'quick' if doc['quick'] else 'full'} run, {doc['wall_seconds']} s, "
+        f"{'quick' if doc['quick'] else 'full'} run, {doc.get('rounds', 1)} round(s), "
+        f"{doc['wall_seconds']} s, "
         f"loadavg {doc['loadavg_start']} -> {doc['loadavg_end']}"
     )
     for name, result in doc["scenarios"].items():

@@ -37,11 +37,17 @@ class Bench:
     tmp: Path
     quick: bool
     peers: list[str]
+    #: How many times the peers a goal compares are measured, in turn (see _each_peer).
+    rounds: int = 1
     summaries: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 PeerRun = Callable[[Bench, Peer], dict[str, Any]]
 PeerStart = Callable[[Bench, str], Peer]
+
+
+#: The peers whose figures the goals compare: measured ``bench.rounds`` times in turn.
+ROUND_PEERS = frozenset({"go", "h2ping", "h2ping-w1", "h2ping-w2"})
 
 
 def _each_peer(
@@ -51,28 +57,57 @@ def _each_peer(
     run: PeerRun,
     ping_interval: str | None = None,
     start: PeerStart | None = None,
+    keys: tuple[str, ...] = (),
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Start each peer fresh, run one measurement, stop it; a failure is noted, not fatal.
 
+    With ``bench.rounds`` > 1 the peers in ROUND_PEERS go round that many times, one
+    after the other (go, h2ping, go, h2ping, ...), so that a slow minute of a shared
+    machine falls on both; their figures are then the median round's, with each of
+    ``keys`` the median over the rounds (see merge_rounds).
     ``start(bench, name)`` replaces the default start-up (pinned to core 0)."""
-    figures: dict[str, Any] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
     errors: dict[str, str] = {}
-    for name in names:
-        print(f"  {scenario}: {name} ...", flush=True)
+    again = [name for name in names if name in ROUND_PEERS] if keys else []
+    order = names + again * (bench.rounds - 1)
+    for i, name in enumerate(order):
+        if name in errors:
+            continue
+        label = name if i < len(names) else f"{name} (round {len(runs.get(name, [])) + 1})"
+        print(f"  {scenario}: {label} ...", flush=True)
         peer: Peer | None = None
+        figures: dict[str, Any] | None = None
         try:
             if start is None:
                 peer = start_peer(name, bench.procs, bench.origin, ping_interval=ping_interval)
             else:
                 peer = start(bench, name)
-            figures[name] = run(bench, peer)
+            figures = run(bench, peer)
+            runs.setdefault(name, []).append(figures)
         except BenchError as exc:
             errors[name] = str(exc)
-            print(f"  {scenario}: {name} FAILED: {exc}", flush=True)
+            runs.pop(name, None)
+            print(f"  {scenario}: {label} FAILED: {exc}", flush=True)
         finally:
             if peer is not None:
-                _stop_and_collect(bench, scenario, peer, figures.get(name))
-    return figures, errors
+                _stop_and_collect(bench, scenario, peer, figures)
+    return {name: merge_rounds(each, keys) for name, each in runs.items()}, errors
+
+
+def merge_rounds(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any]:
+    """One peer's figures from its rounds: the round whose ``keys[0]`` is the median
+    (the lower one of an even count), each of ``keys`` replaced by its median over the
+    rounds, and ``rounds`` listing every round's ``keys``. One round: itself."""
+    if len(runs) == 1:
+        return runs[0]
+    ranked = sorted(runs, key=lambda figures: figures[keys[0]])
+    merged = dict(ranked[(len(ranked) - 1) // 2])
+    for key in keys:
+        values = [figures[key] for figures in runs if figures.get(key) is not None]
+        if values:
+            merged[key] = statistics.median(values)
+    merged["rounds"] = [{key: figures.get(key) for key in keys} for figures in runs]
+    return merged
 
 
 def _stop_and_collect(bench: Bench, scenario: str, peer: Peer, figures: dict | None) -> None:
@@ -163,7 +198,9 @@ def small_50(bench: Bench) -> dict[str, Any]:
 
     params = {"clients": 50, "duration_s": duration, "warmup_s": warmup, "path": "/tiny"}
     params["h2ping_loop_lag_interval"] = LAG_INTERVAL
-    figures, errors = _each_peer(bench, "small_50", bench.peers, run)
+    figures, errors = _each_peer(
+        bench, "small_50", bench.peers, run, keys=("req_per_s", "cpu_us_per_req")
+    )
     return {"params": params, "peers": figures, "errors": errors}
 
 
@@ -223,7 +260,9 @@ def workers(bench: Bench) -> dict[str, Any]:
         "pinning": pinning,
         "h2ping_loop_lag_interval": LAG_INTERVAL,
     }
-    figures, errors = _each_peer(bench, "workers", names, run, start=start)
+    figures, errors = _each_peer(
+        bench, "workers", names, run, start=start, keys=("req_per_s", "cpu_us_per_req")
+    )
     one = figures.get("h2ping-w1", {}).get("req_per_s")
     go = figures.get("go", {}).get("req_per_s")
     go_cpu = figures.get("go", {}).get("cpu_us_per_req")
@@ -266,7 +305,9 @@ def latency_1(bench: Bench) -> dict[str, Any]:
         figures["failed"] = summary.get("requests_failed", 0) + summary.get("requests_errored", 0)
         return figures
 
-    figures, errors = _each_peer(bench, "latency_1", bench.peers, run)
+    figures, errors = _each_peer(
+        bench, "latency_1", bench.peers, run, keys=("mean_us", "p99_us", "cpu_us_per_req")
+    )
     for base in ("direct", "direct-h1"):
         if base not in figures:
             continue
@@ -308,7 +349,9 @@ def transfer_16m(bench: Bench) -> dict[str, Any]:
             "upload_seconds": ups,
         }
 
-    figures, errors = _each_peer(bench, "transfer_16m", bench.peers, run)
+    figures, errors = _each_peer(
+        bench, "transfer_16m", bench.peers, run, keys=("download_mb_per_s", "upload_mb_per_s")
+    )
     params = {"bytes": BIG_SIZE, "repeats": repeats, "statistic": "median", "client": "curl"}
     return {"params": params, "peers": figures, "errors": errors}
 
