@@ -101,6 +101,36 @@ async def test_keep_alive_serves_requests_one_after_another() -> None:
     assert client.conn.idle
 
 
+async def test_the_parser_is_let_go_between_keep_alive_requests() -> None:
+    # A connection waiting on its response, or idle, holds no parser (~900 bytes).
+    client = Client()
+    assert client.conn._parser is None  # none before the first byte either
+    client.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
+    assert client.conn._parser is not None  # a body is arriving
+    client.send(b"cd")
+    assert client.conn._parser is None
+    client.handlers[0].answer()
+    await client.output()
+    client.send(b"GET / HTTP/1.1\r\nHo")  # a head arriving in pieces keeps its parser
+    assert client.conn._parser is not None
+    client.send(b"st: x\r\n\r\n")
+    assert client.conn._parser is None
+    assert [h.events for h in client.handlers] == [["start", b"ab", b"cd", "end"], ["start", "end"]]
+
+
+async def test_after_a_request_that_asked_to_close_what_follows_is_refused() -> None:
+    # The parser that read it is kept: it refuses bytes after such a request, where
+    # a new one would read them as a request.
+    client = Client()
+    client.send(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert client.conn._parser is not None
+    client.send(GET % 2)
+    assert len(client.handlers) == 1
+    client.handlers[0].answer()
+    assert (await client.output()).count(b"HTTP/1.1 ") == 1
+    assert client.transport.closed
+
+
 async def test_connection_close_closes_after_the_response() -> None:
     client = Client()
     client.send(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
