@@ -83,6 +83,7 @@ class ReadState(enum.Enum):
 
 
 _S = ReadState
+_CLOSED = ReadState.CLOSED  # a module name: tested several times per request
 
 #: Every move between read states, in one view: ``ClientConnection._enter`` makes
 #: these and refuses the rest. Refused are the moves the parser asks for after
@@ -206,7 +207,7 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     @property
     def _closing(self) -> bool:
-        return self.state is ReadState.CLOSED
+        return self.state is _CLOSED
 
     def _enter(self, state: ReadState) -> bool:
         """Move to ``state`` if the table of moves (``_MOVES``) allows it from here;
@@ -401,7 +402,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     # ----------------------------------------------------------------- timers
 
     def _arm_timer(self, delay: float, callback: Callable[[], None]) -> None:
-        if self._closing:
+        if self.state is _CLOSED:
             return
         self._on_deadline = callback
         self._timer.set(self._loop.time() + delay)
@@ -433,7 +434,7 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def send(self, *parts: bytes) -> None:
         """Queue bytes; they go out in one write at the end of this loop turn."""
-        if self._closing:
+        if self.state is _CLOSED:
             return
         self._out.extend(parts)
         if not self._flush_scheduled:
@@ -481,7 +482,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self._reading_paused and self._transport is not None and not self._closing:
+        if self._reading_paused and self._transport is not None and self.state is not _CLOSED:
             self._reading_paused = False
             self._transport.resume_reading()
 

@@ -89,13 +89,14 @@ def check_head(method: bytes, version: str, headers: list[Header]) -> None:
         raise RequestRejected(405, "CONNECT is not supported: h2ping forwards to one upstream")
     if len(headers) > MAX_HEADER_COUNT:
         raise RequestRejected(431, f"more than {MAX_HEADER_COUNT} header fields")
-    check_host([value for name, value in headers if name == b"host"], version)
-    codings = [
-        coding.strip().lower()
-        for name, value in headers
-        if name == b"transfer-encoding"
-        for coding in value.split(b",")
-    ]
+    hosts: list[bytes] = []
+    codings: list[bytes] = []
+    for name, value in headers:  # one pass over the fields for both
+        if name == b"host":
+            hosts.append(value)
+        elif name == b"transfer-encoding":
+            codings += [coding.strip().lower() for coding in value.split(b",")]
+    check_host(hosts, version)
     if codings and codings != [b"chunked"]:
         # The body would reach the upstream still encoded, and Transfer-Encoding
         # (hop-by-hop) would not tell it so (RFC 9112 section 6.1).
@@ -235,7 +236,11 @@ class ResponseWriter:
         self.started = True
         self._mark = (self._conn.flushes, self._conn.queued())
         self._no_body = request.method == b"HEAD" or status in (204, 304) or 100 <= status < 200
-        has_length = any(name == b"content-length" for name, _ in headers)
+        has_length = False
+        for name, _ in headers:  # (a loop: any() over a generator costs a frame per field)
+            if name == b"content-length":
+                has_length = True
+                break
         close_delimited = False
         if not self._no_body and not has_length:
             if request.http_version == "1.1" and has_body:
