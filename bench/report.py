@@ -187,11 +187,18 @@ def _round_lines(peers: dict[str, Any]) -> list[str]:
         if not rounds:
             continue
         spread = "; ".join(
-            f"{key} " + " ".join("?" if r[key] is None else f"{r[key]:,.0f}" for r in rounds)
-            for key in rounds[0]
+            f"{key} " + " ".join(_round_value(r[key]) for r in rounds) for key in rounds[0]
         )
         lines.append(f"  {peer}, {len(rounds)} rounds (medians above): {spread}")
     return lines
+
+
+def _round_value(value: Any) -> str:
+    if value is None:
+        return "?"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
 def _kind(name: str) -> str:

@@ -194,7 +194,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rounds",
         type=int,
         help="measure Go and h2ping this many times in turn and take medians, in the "
-        "rate, latency, transfer and workers scenarios (default: 3; 1 with --quick)",
+        "rate, latency, transfer, workers and streaming scenarios (default: 3; 1 with --quick)",
     )
     parser.add_argument("--inflight-n", type=int, help="override N of the in-flight scenario")
     parser.add_argument("--inflight-seconds", type=int, help="override T of the same")

@@ -58,18 +58,22 @@ def _each_peer(
     ping_interval: str | None = None,
     start: PeerStart | None = None,
     keys: tuple[str, ...] = (),
+    rounds: int | None = None,
+    after: Callable[[dict[str, Any] | None], None] | None = None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Start each peer fresh, run one measurement, stop it; a failure is noted, not fatal.
 
     With ``bench.rounds`` > 1 the peers in ROUND_PEERS go round that many times, one
     after the other (go, h2ping, go, h2ping, ...), so that a slow minute of a shared
     machine falls on both; their figures are then the median round's, with each of
-    ``keys`` the median over the rounds (see merge_rounds).
-    ``start(bench, name)`` replaces the default start-up (pinned to core 0)."""
+    ``keys`` the median over the rounds (see merge_rounds). ``rounds`` overrides
+    ``bench.rounds``. ``start(bench, name)`` replaces the default start-up (pinned to
+    core 0); ``after(figures)`` runs once the peer is stopped, whether or not it started
+    or measured (figures None then)."""
     runs: dict[str, list[dict[str, Any]]] = {}
     errors: dict[str, str] = {}
     again = [name for name in names if name in ROUND_PEERS] if keys else []
-    order = names + again * (bench.rounds - 1)
+    order = names + again * ((bench.rounds if rounds is None else rounds) - 1)
     for i, name in enumerate(order):
         if name in errors:
             continue
@@ -91,6 +95,8 @@ def _each_peer(
         finally:
             if peer is not None:
                 _stop_and_collect(bench, scenario, peer, figures)
+            if after is not None:
+                after(figures)
     return {name: merge_rounds(each, keys) for name, each in runs.items()}, errors
 
 
@@ -100,7 +106,8 @@ def merge_rounds(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str,
     rounds, and ``rounds`` listing every round's ``keys``. One round: itself."""
     if len(runs) == 1:
         return runs[0]
-    ranked = sorted(runs, key=lambda figures: figures[keys[0]])
+    # (A round without the figure, e.g. no event delivered, ranks last.)
+    ranked = sorted(runs, key=lambda figures: (figures[keys[0]] is None, figures[keys[0]] or 0))
     merged = dict(ranked[(len(ranked) - 1) // 2])
     for key in keys:
         values = [figures[key] for figures in runs if figures.get(key) is not None]

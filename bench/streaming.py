@@ -27,7 +27,7 @@ from load import LOAD_CPU
 from origin import Origin
 from peers import Peer, start_peer
 from procs import BenchError, Proc, free_port, wait_port
-from scenarios import Bench, _stop_and_collect
+from scenarios import Bench, _each_peer
 
 BENCH_DIR = Path(__file__).resolve().parent
 CASES = {"sse_500": 500, "sse_1000": 1000, "sse_2000": 2000}
@@ -57,28 +57,51 @@ def sse(bench: Bench, name: str, flush_each: bool = True, stall: float = 0.0) ->
         "origin_writes": "one per event" if flush_each else "one per loop iteration",
         "stall_s": stall,
     }
-    figures: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    for peer_name in [p for p in bench.peers if p in STREAMING_PEERS]:
-        print(f"  {name}: {peer_name} ...", flush=True)
-        origin_proc: Proc | None = None
-        peer: Peer | None = None
-        try:
-            origin_proc, origin = _start_origin(bench, flush_each)
-            peer = start_peer(peer_name, bench.procs, origin)
-            figures[peer_name] = _run_client(bench, peer, origin_proc, origin.tls_port, params)
-        except BenchError as exc:
-            errors[peer_name] = str(exc)
-            print(f"  {name}: {peer_name} FAILED: {exc}", flush=True)
-        finally:
-            if peer is not None:
-                _stop_and_collect(bench, name, peer, figures.get(peer_name))
-            if origin_proc is not None:
-                stats = _stop_origin(bench, origin_proc)
-                if peer_name in figures:
-                    figures[peer_name]["origin"] = stats
+    origin: dict[str, Any] = {}  # the origin of the peer being measured
+
+    def start(bench: Bench, peer_name: str) -> Peer:
+        origin["proc"], origin["origin"] = _start_origin(bench, flush_each)
+        return start_peer(peer_name, bench.procs, origin["origin"])
+
+    def run(bench: Bench, peer: Peer) -> dict[str, Any]:
+        return _run_client(bench, peer, origin["proc"], origin["origin"].tls_port, params)
+
+    def after(figures: dict[str, Any] | None) -> None:
+        proc = origin.pop("proc", None)
+        origin.pop("origin", None)
+        if proc is not None:
+            stats = _stop_origin(bench, proc)
+            if figures is not None:
+                figures["origin"] = stats
+
+    names = [p for p in bench.peers if p in STREAMING_PEERS]
+    figures, errors = _each_peer(
+        bench,
+        name,
+        names,
+        run,
+        start=start,
+        keys=ROUND_KEYS,
+        rounds=1 if stall else None,  # a stop of the proxy is a diagnosis, not a goal row
+        after=after,
+    )
+    for merged in figures.values():
+        full_rate_every_round(merged)
     notes = _compare(figures, params)
     return {"params": params, "peers": figures, "errors": errors, "notes": notes}
+
+
+def full_rate_every_round(merged: dict[str, Any]) -> None:
+    """A peer measured in rounds had the full rate only if it had it in every round:
+    so a row counts only where Go kept up each time."""
+    rounds = merged.get("rounds")
+    if rounds:
+        merged["full_rate"] = all(r["full_rate"] for r in rounds)
+
+
+#: The figures taken as medians over the rounds; ``full_rate`` is listed so that
+#: each round's is kept, and then replaced by whether every round had it.
+ROUND_KEYS = ("cpu_per_10k_events", "delay_p50_ms", "delay_p99_ms", "events_per_s", "full_rate")
 
 
 def _start_origin(bench: Bench, flush_each: bool) -> tuple[Proc, Origin]:

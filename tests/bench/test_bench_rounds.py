@@ -101,3 +101,49 @@ def test_a_failed_round_fails_the_peer_and_stops_its_rounds() -> None:
     assert "go" not in figures  # no figure from the rounds that did not fail
     assert started == ["go", "h2ping", "go", "h2ping", "h2ping"]
     assert len(figures["h2ping"]["rounds"]) == 3
+
+
+def test_after_runs_for_every_start_with_its_figures_or_none() -> None:
+    seen: list[Any] = []
+
+    def start(_bench: scenarios.Bench, name: str) -> Peer:
+        if name == "nghttpx":
+            raise BenchError("no nghttpx")
+        return Peer(name, "http://127.0.0.1:1", True)
+
+    def run(_bench: scenarios.Bench, peer: Peer) -> dict[str, Any]:
+        return {"x": 1.0, "peer": peer.name}
+
+    b = bench(3, ["go", "nghttpx", "h2ping"])
+    figures, errors = scenarios._each_peer(
+        b, "s", b.peers, run, start=start, keys=("x",), rounds=2, after=seen.append
+    )
+    assert errors == {"nghttpx": "no nghttpx"}
+    # rounds=2 overrides the bench's 3: go and h2ping twice, nghttpx (failed) once
+    assert [f and f["peer"] for f in seen] == ["go", None, "h2ping", "go", "h2ping"]
+    assert len(figures["go"]["rounds"]) == 2
+
+
+def test_a_round_without_the_first_figure_ranks_last() -> None:
+    runs = [{"cpu": None, "run": "a"}, {"cpu": 2.0, "run": "b"}, {"cpu": 1.0, "run": "c"}]
+    merged = scenarios.merge_rounds(runs, ("cpu",))
+    assert merged["run"] == "b"  # ranked c, b, a: the middle one
+    assert merged["cpu"] == 1.5  # the median of the figures there are
+
+
+def test_round_lines_keep_small_figures_and_say_yes_or_no() -> None:
+    peers = {"go": {"rounds": [{"cpu": 0.244, "ok": True}, {"cpu": 1234.5, "ok": False}]}}
+    assert report._round_lines(peers) == [
+        "  go, 2 rounds (medians above): cpu 0.244 1,234; ok yes NO"
+    ]
+
+
+def test_the_full_rate_counts_only_if_every_round_had_it() -> None:
+    import streaming
+
+    merged = {"full_rate": True, "rounds": [{"full_rate": True}, {"full_rate": False}]}
+    streaming.full_rate_every_round(merged)
+    assert merged["full_rate"] is False
+    once = {"full_rate": True}  # one round: as it was
+    streaming.full_rate_every_round(once)
+    assert once["full_rate"] is True
