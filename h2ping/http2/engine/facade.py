@@ -237,19 +237,26 @@ class H2Engine:
 
     def _final_response(self, stream_id: int, headers: list[Header], end: bool) -> None:
         """What h2's ResponseReceived (and StreamEnded, with ``end``) would tell."""
-        self.responses += 1
         try:
-            if (stream := self._streams.get(stream_id)) is not None:
-                stream.got_response(headers, end)
+            self._got_response(stream_id, headers, end)
         except Exception:  # a bug serving one stream must not end the others
             self._events.on_internal_error(stream_id)
         if not end:
             return
-        try:  # looked up again: the response head may have ended the stream
-            if (stream := self._streams.get(stream_id)) is not None:
-                stream.got_end()
+        try:
+            self._got_end(stream_id)
         except Exception:
             self._events.on_internal_error(stream_id)
+
+    def _got_response(self, stream_id: int, headers: list[Header], ended: bool) -> None:
+        self.responses += 1
+        if (stream := self._streams.get(stream_id)) is not None:
+            stream.got_response(headers, ended)
+
+    def _got_end(self, stream_id: int) -> None:
+        # Looked up after the response head: telling it may have ended the stream.
+        if (stream := self._streams.get(stream_id)) is not None:
+            stream.got_end()
 
     def _tell(self, said: list[h2.events.Event]) -> None:
         events = self._events
@@ -268,15 +275,13 @@ class H2Engine:
         if isinstance(event, h2.events.WindowUpdated):
             events.on_window_update(event.stream_id)
         elif isinstance(event, h2.events.ResponseReceived):
-            self.responses += 1
-            if (stream := self._streams.get(event.stream_id)) is not None:
-                stream.got_response(event.headers, event.stream_ended is not None)
-        elif isinstance(event, h2.events.StreamEnded | h2.events.StreamReset | StreamFault):
+            self._got_response(event.stream_id, event.headers, event.stream_ended is not None)
+        elif isinstance(event, h2.events.StreamEnded):
+            self._got_end(event.stream_id)
+        elif isinstance(event, h2.events.StreamReset | StreamFault):
             if (stream := self._streams.get(event.stream_id)) is None:
                 return  # forgotten by the connection: h2 has reset it, or will
-            if isinstance(event, h2.events.StreamEnded):
-                stream.got_end()
-            elif isinstance(event, h2.events.StreamReset):
+            if isinstance(event, h2.events.StreamReset):
                 stream.got_reset(event.error_code)
             else:
                 stream.got_fault(event.error, event.detail)
