@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import fcntl
 import gc
+import itertools
 import os
 import pathlib
+import random
 import shutil
 import socket
 import ssl
@@ -120,10 +122,44 @@ def go_sidecar(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return binary
 
 
+def _port_slice() -> range:
+    """This test process's own ports, below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` can be taken, before the test's
+    server binds it, as the source port of any outgoing connection on the machine,
+    and the suite makes thousands. Ports below that range are never handed out that
+    way, and each xdist worker has a slice of them to itself."""
+    try:
+        ephemeral_low = int(
+            pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]
+        )
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    high = min(ephemeral_low, 32_768)
+    low = min(10_000, high // 2)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    slots = 16
+    index = int(worker) % slots if worker.isdigit() else 0
+    size = (high - low) // slots
+    return range(low + index * size, low + (index + 1) * size)
+
+
+_PORTS = _port_slice()
+# From a random place in the slice, so that runs one after another start apart.
+_next_port = itertools.islice(itertools.cycle(_PORTS), random.randrange(len(_PORTS)), None)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port no one is bound to now, from this process's own slice."""
+    for _ in range(len(_PORTS)):
+        port = next(_next_port)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 async def wait_until(what: Callable[[], bool], timeout: float = 5.0) -> None:

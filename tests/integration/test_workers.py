@@ -49,9 +49,11 @@ async def workers_process(
 
 
 async def startup_lines(proc: asyncio.subprocess.Process, workers: int) -> list[bytes]:
-    """The first line each worker writes to stderr (its ``listening on``)."""
+    """The first line each worker writes to stderr, which must be its ``listening on``."""
     assert proc.stderr is not None
-    return [await asyncio.wait_for(proc.stderr.readline(), 10) for _ in range(workers)]
+    lines = [await asyncio.wait_for(proc.stderr.readline(), 10) for _ in range(workers)]
+    assert all(b"listening on" in line for line in lines), lines
+    return lines
 
 
 @ONE_LOOP
@@ -60,7 +62,6 @@ async def test_two_workers_share_the_port_and_drain_on_sigterm() -> None:
         port = free_port()
         async with workers_process(port, up.url, 2) as proc:
             lines = [line.decode() for line in await startup_lines(proc, 2)]
-            assert all("listening on" in line for line in lines), lines
             assert "/1: listening on" in "".join(lines) and "/2: listening on" in "".join(lines)
             await wait_for_port(port)
             # Separate client connections: the kernel spreads them over the workers.
@@ -189,8 +190,7 @@ async def test_ctrl_c_to_the_process_group_drains_once() -> None:
     async with ScriptedUpstream() as up:
         port = free_port()
         async with workers_process(port, up.url, 2, start_new_session=True) as proc:
-            lines = await startup_lines(proc, 2)
-            assert all(b"listening on" in line for line in lines), lines
+            await startup_lines(proc, 2)
             os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
             _, rest = await asyncio.wait_for(proc.communicate(), 10)
             assert proc.returncode == 0, rest.decode()
