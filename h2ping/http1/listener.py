@@ -205,10 +205,6 @@ class ClientConnection(asyncio.BufferedProtocol):
     def idle(self) -> bool:
         return not self._pending and self.state is not ReadState.HEAD
 
-    @property
-    def _closing(self) -> bool:
-        return self.state is _CLOSED
-
     def _enter(self, state: ReadState) -> bool:
         """Move to ``state`` if the table of moves (``_MOVES``) allows it from here;
         every change of state goes through here. False if refused."""
@@ -414,7 +410,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._timer.cancel()
 
     def _on_timer(self) -> None:
-        if not self._closing:
+        if self.state is not _CLOSED:
             self._on_deadline()
 
     def _on_header_timeout(self) -> None:
