@@ -60,6 +60,8 @@ DNS_ERROR = "dns_error"
 DESTINATION_UNAVAILABLE = "destination_unavailable"
 CONNECTION_REFUSED = "connection_refused"
 CONNECTION_TIMEOUT = "connection_timeout"
+#: No file descriptor was free for a new upstream connection.
+CONNECTION_LIMIT_REACHED = "connection_limit_reached"
 CONNECTION_TERMINATED = "connection_terminated"
 TLS_PROTOCOL_ERROR = "tls_protocol_error"
 TLS_CERTIFICATE_ERROR = "tls_certificate_error"

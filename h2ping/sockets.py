@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import socket
 import sys
 from collections.abc import Callable
@@ -61,6 +63,38 @@ def batch_writer(transport: asyncio.WriteTransport) -> Callable[[list[bytes]], N
         write = transport.write
         return lambda parts: write(b"".join(parts))
     return transport.writelines
+
+
+_SHORT = (errno.EMFILE, errno.ENFILE)
+
+
+def is_shortage(exc: BaseException | None) -> bool:
+    """Whether ``exc`` says that no file descriptor could be had."""
+    return isinstance(exc, OSError) and exc.errno in _SHORT
+
+
+def caused_by_shortage(exc: OSError) -> bool:
+    """Whether ``exc`` came from a lack of descriptors, though it may not say so:
+    glibc's resolver that cannot open ``/etc/hosts`` or a socket answers "Name or
+    service not known". Such an error is checked by opening a descriptor now."""
+    if is_shortage(exc):
+        return True
+    try:
+        os.close(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+    except OSError as probe:
+        return is_shortage(probe)
+    return False
+
+
+def nofile_limits() -> tuple[int, int]:
+    """The soft and hard ``RLIMIT_NOFILE`` (-1 where the platform has none, or unlimited)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on this platform
+        return -1, -1
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    infinity = resource.RLIM_INFINITY
+    return (-1 if soft == infinity else soft), (-1 if hard == infinity else hard)
 
 
 def raise_nofile_limit() -> int:

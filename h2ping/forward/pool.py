@@ -53,6 +53,14 @@ class Pool:
     def connections(self) -> list[UpstreamConnection]:
         return list(self._conns)
 
+    def stream_limit(self) -> int | None:
+        """The fewest streams an open connection takes at once (its peer's
+        limit, or our cap), None before any connection has said."""
+        limits = [conn.max_streams for conn in self._conns if conn.max_streams > 0]
+        cap = self._config.max_streams_per_conn
+        least = min(limits, default=None)
+        return least if not cap or least is None else min(least, cap)
+
     @property
     def answered(self) -> int:
         """Streams the upstream has sent response headers for, ever: it grows while

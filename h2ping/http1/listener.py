@@ -63,6 +63,13 @@ class RequestHandler(Protocol):
 HandlerFactory = Callable[[Request, ResponseWriter], RequestHandler]
 
 
+class Registry(Protocol):
+    """Where a connection enters when made and leaves when lost (a set will do)."""
+
+    def add(self, client: ClientConnection, /) -> None: ...
+    def discard(self, client: ClientConnection, /) -> None: ...
+
+
 class ReadState(enum.Enum):
     """What the next bytes read from a client are, one state at a time."""
 
@@ -157,7 +164,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     def __init__(
         self,
         handler_factory: HandlerFactory,
-        registry: set[ClientConnection],
+        registry: Registry,
         stats: Stats,
         limits: ListenerLimits,
         flusher: OutputFlusher | None = None,

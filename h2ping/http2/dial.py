@@ -16,7 +16,7 @@ from collections.abc import Callable
 from .. import errors
 from ..config import Config, Upstream
 from ..errors import UpstreamError
-from ..sockets import set_tcp_keepalive
+from ..sockets import caused_by_shortage, nofile_limits, set_tcp_keepalive
 from ..stats import Stats
 from .pingbackoff import PingBackoff
 from .tlslayer import TLSLayer
@@ -118,7 +118,10 @@ async def connect(
     except OSError as exc:  # TimeoutError and ssl.SSLError among them
         if isinstance(exc, TimeoutError):
             protocol.close("connect timeout")
-        raise describe_connect_error(exc, upstream, timeout) from None
+        error = describe_connect_error(exc, upstream, timeout)
+        if error.error == errors.CONNECTION_LIMIT_REACHED:
+            stats.descriptors_short()
+        raise error from None
     return protocol
 
 
@@ -132,6 +135,15 @@ def describe_connect_error(exc: OSError, upstream: Upstream, timeout: float) -> 
         )
     if isinstance(exc, ssl.SSLError):
         return describe_tls_error(exc, upstream.host, target)
+    if not isinstance(exc, ConnectionError) and caused_by_shortage(exc):
+        soft, _ = nofile_limits()
+        limit = f"limit {soft}" if soft >= 0 else "no limit set"
+        return UpstreamError(
+            errors.CONNECTION_LIMIT_REACHED,
+            f"no file descriptor free to connect to {target} ({limit}, all in use by "
+            "client and upstream connections): raise the limit (ulimit -n) or lower the "
+            "concurrency",
+        )
     if isinstance(exc, socket.gaierror):
         return UpstreamError(errors.DNS_ERROR, f"{upstream.host}: {exc.strerror}")
     if isinstance(exc, ConnectionRefusedError):

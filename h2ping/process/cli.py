@@ -139,7 +139,7 @@ async def serve(
     and writes the ready file.
     """
     proxy = Proxy(config)
-    descriptors = DescriptorWatch(proxy.stats)
+    descriptors = proxy.descriptors
     asyncio.get_running_loop().set_exception_handler(_loop_exception_handler(descriptors))
     stopping = asyncio.Event()
     # Before binding, so that a signal during startup still means "drain and exit 0".
@@ -225,6 +225,7 @@ async def _serve_until_stopped(
         return 1
     _warn_about_settings(config, proxy)
     lifecycle.info("listening on %s -> %s", proxy.listen_address, config.upstream.display)
+    log.info("capacity: %s", _capacity_text(config, proxy))
     if proxy.admin is not None:
         lifecycle.info("admin endpoint on %s: /healthz /readyz /metrics", proxy.admin.address)
     if started is not None:
@@ -233,6 +234,16 @@ async def _serve_until_stopped(
     await proxy.stop()
     lifecycle.info("stopped: %s", proxy.summary())
     return 0
+
+
+def _capacity_text(config: Config, proxy: Proxy) -> str:
+    """How many requests can be in flight at once: one client connection each."""
+    assert proxy.capacity is not None  # the proxy has started
+    text = proxy.capacity.describe()
+    if config.workers > 1 and proxy.capacity.limit >= 0:
+        total = proxy.capacity() * config.workers
+        text = f"{text}; about {total:,} in all {config.workers} workers"
+    return f"{text}; more wait in the listen queue"
 
 
 def _warn_about_settings(config: Config, proxy: Proxy) -> None:

@@ -42,6 +42,12 @@ class Observed(Protocol):
     @property
     def in_flight(self) -> int: ...
     def connection_states(self) -> dict[str, int]: ...
+    def descriptor_counts(self) -> dict[str, int]: ...
+
+
+#: Descriptor gauges that a sum over workers takes the largest of: the workers share
+#: one listening socket, so each sees the same queue.
+_SHARED = frozenset({"queued"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +61,9 @@ class Snapshot:
     lag: Histogram | None  # event-loop lag, when measured
     # 1 taken, 0 off (its probe failed); the least over workers.
     fast_paths: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Client connections, their capacity, descriptors open and the limit, clients
+    #: in the listen queue (see ``Proxy.descriptor_counts``; -1 where unknown).
+    descriptors: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def of(cls, proxy: Observed) -> Snapshot:
@@ -67,6 +76,7 @@ class Snapshot:
             retry_buffer_limit=proxy.config.max_buffered_bytes,
             lag=copy.deepcopy(lag),
             fast_paths=fastpaths.states(),
+            descriptors=proxy.descriptor_counts(),
         )
 
     def __add__(self, other: Snapshot) -> Snapshot:
@@ -91,6 +101,12 @@ class Snapshot:
                 )  # a path one snapshot does not know of is the other's to report
                 for path in self.fast_paths.keys() | other.fast_paths.keys()
             },
+            descriptors={
+                name: _add_descriptors(
+                    name, self.descriptors.get(name, -1), other.descriptors.get(name, -1)
+                )
+                for name in self.descriptors.keys() | other.descriptors.keys()
+            },
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -101,6 +117,7 @@ class Snapshot:
             "retry_buffer_limit": self.retry_buffer_limit,
             "lag": None if self.lag is None else self.lag.to_json(),
             "fast_paths": self.fast_paths,
+            "descriptors": self.descriptors,
         }
 
     @classmethod
@@ -113,7 +130,16 @@ class Snapshot:
             retry_buffer_limit=int(data["retry_buffer_limit"]),
             lag=None if data["lag"] is None else Histogram.from_json(data["lag"]),
             fast_paths={str(path): int(on) for path, on in data["fast_paths"].items()},
+            descriptors={str(name): int(n) for name, n in data.get("descriptors", {}).items()},
         )
+
+
+def _add_descriptors(name: str, ours: int, theirs: int) -> int:
+    """Two workers' descriptor gauge: the sum, the largest for the shared listen
+    queue, unknown (-1) if either does not know."""
+    if ours < 0 or theirs < 0:
+        return -1
+    return max(ours, theirs) if name in _SHARED else ours + theirs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +172,8 @@ def _number(value: float) -> str:
         return str(value)
     if math.isinf(value):
         return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
     return repr(value)
 
 
@@ -387,11 +415,53 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     _counter(
         "descriptor_shortages",
-        "Times no file descriptor was free: a client turned away, or a once-a-second "
-        "check that found all in use.",
+        "Times no file descriptor was free: an accept, an upstream dial, or a "
+        "once-a-second check that found all in use.",
         "descriptor_shortages",
     ),
+    MetricSpec(
+        "h2ping_client_connections",
+        "gauge",
+        "HTTP/1.1 client connections held now (each request in flight holds one).",
+        _one(lambda scrape: _descriptor_gauge(scrape, "clients")),
+    ),
+    MetricSpec(
+        "h2ping_client_capacity",
+        "gauge",
+        "The most client connections taken at once: the descriptor limit less what "
+        "upstream connections and files need. Beyond it, clients wait in the listen queue.",
+        _one(lambda scrape: _descriptor_gauge(scrape, "capacity")),
+    ),
+    _counter(
+        "accept_pauses",
+        "Times accepting stopped at client_capacity until a client left.",
+        "accept_pauses",
+    ),
+    MetricSpec(
+        "h2ping_listen_queue",
+        "gauge",
+        "Clients waiting in the kernel's listen queue to be accepted (shared by workers).",
+        _one(lambda scrape: _descriptor_gauge(scrape, "queued")),
+    ),
+    MetricSpec(
+        "h2ping_descriptors_open",
+        "gauge",
+        "File descriptors open (summed over workers).",
+        _one(lambda scrape: _descriptor_gauge(scrape, "open")),
+    ),
+    MetricSpec(
+        "h2ping_descriptors_limit",
+        "gauge",
+        "The open-file limit in force (RLIMIT_NOFILE; summed over workers).",
+        _one(lambda scrape: _descriptor_gauge(scrape, "limit")),
+    ),
 )
+
+
+def _descriptor_gauge(scrape: Scrape, name: str) -> float:
+    """One of the snapshot's descriptor numbers; NaN where unknown (no limit, no /proc)."""
+    value = scrape.snapshot.descriptors.get(name, -1)
+    return math.nan if value < 0 else value
 
 
 def family_names() -> tuple[str, ...]:

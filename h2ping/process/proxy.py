@@ -20,6 +20,7 @@ from ..forward.exchange import Exchange, ExchangeContext
 from ..forward.pool import Pool
 from ..forward.replay import ReplayPolicy
 from ..forward.retry import RetryBudget
+from ..http1.acceptor import Acceptor, ClientSet
 from ..http1.listener import ClientConnection, ListenerLimits, OutputFlusher
 from ..http1.messages import Request, ResponseWriter
 from ..http2.dial import load_ca_file
@@ -27,6 +28,7 @@ from ..http2.engine import fastpaths
 from ..http2.upstream import ConnState
 from ..logs import plural
 from ..stats import Stats
+from .descriptors import ClientCapacity, DescriptorWatch, open_descriptors
 from .lag import LagMonitor
 
 if TYPE_CHECKING:
@@ -37,13 +39,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("h2ping")
 
 
-#: Pending client connections the kernel queues for us.
+#: Pending client connections the kernel queues for us (the system caps it at
+#: net.core.somaxconn): clients wait there while the process is at capacity.
 LISTEN_BACKLOG = 4096
-#: Accepts asyncio's loop tries per wake-up (its ``backlog`` argument, asyncio's
-#: default). Python 3.11's loop goes on trying after an accept fails for want
-#: of a descriptor, calling its exception handler each time: with 4096 that was
-#: 14,000 failed accepts a second while descriptors ran out.
-ACCEPTS_PER_TURN = 100
 
 
 def bind_listener(listen: HostPort) -> socket.socket:
@@ -104,9 +102,11 @@ class Proxy:
         self.stats = Stats()
         self.retry_budget = RetryBudget(config.max_buffered_bytes, self.stats)
         self.exchanges: set[Exchange] = set()
-        self.clients: set[ClientConnection] = set()
+        self.clients = ClientSet()
+        self.descriptors = DescriptorWatch(self.stats)
         self._ssl_context = ssl_context
-        self._server: asyncio.Server | None = None
+        self._acceptor: Acceptor | None = None
+        self.capacity: ClientCapacity | None = None  # once started
         self._draining = False  # stop() has begun
         self.pool: Pool | None = None
         self._exchange_context: ExchangeContext | None = None  # once started
@@ -179,26 +179,24 @@ class Proxy:
         loop = asyncio.get_running_loop()
         limits = ListenerLimits(config.header_timeout, config.client_idle_timeout)
         flusher = OutputFlusher(loop)
-        try:
-            self._server = await loop.create_server(
-                lambda: ClientConnection(
-                    self._new_exchange, self.clients, self.stats, limits, flusher
-                ),
-                sock=sock,
-                backlog=ACCEPTS_PER_TURN,
-            )
-            sock.listen(LISTEN_BACKLOG)  # the loop listened with its own number
-        except BaseException:
-            sock.close()
-            raise
+        self.capacity = ClientCapacity.of_this_process(self.pool.stream_limit)
+        acceptor = self._acceptor = Acceptor(
+            sock,
+            lambda: ClientConnection(self._new_exchange, self.clients, self.stats, limits, flusher),
+            self.clients,
+            self.capacity,
+            self.descriptors.shortage,
+            self._at_capacity,
+        )
         self._address = sock.getsockname()
         self.port = self._address[1]
         if self.access_log is not None:  # before any request can be accepted (no await)
             try:
                 self.access_log.open()
             except OSError as exc:
-                self._server.close()
+                acceptor.close()
                 raise AccessLogError(self.access_log.path, exc) from None
+        acceptor.start()
         if config.loop_lag_interval > 0:
             self.lag = LagMonitor(config.loop_lag_interval)
             self.lag.start()
@@ -217,7 +215,7 @@ class Proxy:
             try:
                 await admin.start()  # raises AdminListenError, an OSError
             except OSError:
-                self._server.close()
+                acceptor.close()
                 raise
             self.admin = admin
 
@@ -253,9 +251,27 @@ class Proxy:
         """Why no request would be accepted now (``draining``, ``not listening``), or None."""
         if self._draining:
             return "draining"
-        if self._server is None or not self._server.is_serving():
+        if self._acceptor is None or not self._acceptor.serving:
             return "not listening"
         return None
+
+    def descriptor_counts(self) -> dict[str, int]:
+        """For ``/metrics``: client connections, the capacity, descriptors open and
+        their limit, clients in the listen queue (each -1 where unknown)."""
+        capacity, acceptor = self.capacity, self._acceptor
+        opened = open_descriptors()
+        queued = acceptor.accept_queue() if acceptor is not None else None
+        return {
+            "clients": len(self.clients),
+            "capacity": capacity() if capacity is not None and capacity.limit >= 0 else -1,
+            "open": opened if opened is not None else -1,
+            "limit": capacity.limit if capacity is not None else -1,
+            "queued": queued if queued is not None else -1,
+        }
+
+    def _at_capacity(self) -> None:
+        assert self._acceptor is not None and self.capacity is not None  # its caller, made
+        self.descriptors.full(len(self.clients), self.capacity, self._acceptor.accept_queue())
 
     def _new_exchange(self, request: Request, writer: ResponseWriter) -> Exchange:
         assert self._exchange_context is not None  # the listener exists only once started
@@ -269,8 +285,8 @@ class Proxy:
         self._draining = True
         if self.lag is not None:
             self.lag.stop()
-        if self._server is not None:
-            self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.close()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
         while True:

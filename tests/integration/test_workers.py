@@ -49,10 +49,15 @@ async def workers_process(
 
 
 async def startup_lines(proc: asyncio.subprocess.Process, workers: int) -> list[bytes]:
-    """The first line each worker writes to stderr, which must be its ``listening on``."""
+    """Each worker's ``listening on`` line; every line before the last of them must be
+    one of those or a worker's ``capacity:`` line, which follows its own."""
     assert proc.stderr is not None
-    lines = [await asyncio.wait_for(proc.stderr.readline(), 10) for _ in range(workers)]
-    assert all(b"listening on" in line for line in lines), lines
+    lines: list[bytes] = []
+    while len(lines) < workers:
+        line = await asyncio.wait_for(proc.stderr.readline(), 10)
+        assert b"listening on" in line or b": capacity: " in line, line
+        if b"listening on" in line:
+            lines.append(line)
     return lines
 
 

@@ -66,6 +66,18 @@ def test_what_does_not_add_up_is_refused() -> None:
         Snapshot.from_json(data)
 
 
+def test_workers_descriptor_numbers_add_but_the_shared_queue_does_not() -> None:
+    def of(clients: int, queued: int, opened: int = 50) -> Snapshot:
+        counts = {"clients": clients, "capacity": 900, "open": opened, "limit": 1000}
+        return Snapshot(Stats(), 0, {}, 0, None, descriptors={**counts, "queued": queued})
+
+    total = of(400, 7) + Snapshot.from_json(json.loads(json.dumps(of(380, 9).to_json())))
+    assert total.descriptors == {
+        "clients": 780, "capacity": 1800, "open": 100, "limit": 2000, "queued": 9,
+    }  # fmt: skip
+    assert (of(1, 1) + of(1, 1, opened=-1)).descriptors["open"] == -1  # one did not know
+
+
 def _varied() -> tuple[Snapshot, Config]:
     """Every counter its own value, histograms with observations in several buckets
     (and past the last bound), label values that need escaping."""
@@ -90,6 +102,7 @@ def _varied() -> tuple[Snapshot, Config]:
         too_many_pings=362,
         access_log_dropped=401,
         descriptor_shortages=442,
+        accept_pauses=485,
     )
     for status in (200, 204, 502, 101, 404, 200):
         stats.count_response(status)
@@ -110,6 +123,7 @@ def _varied() -> tuple[Snapshot, Config]:
         retry_buffer_limit=1 << 30,
         lag=lag,
         fast_paths={"hpack": 1, "frames": 0},
+        descriptors={"clients": 530, "capacity": 577, "open": 626, "limit": 677, "queued": 730},
     )
     config = Config(
         upstream=parse_upstream("https://upstream.test:8443"),
@@ -156,6 +170,12 @@ def test_render_leaves_out_what_is_not_there() -> None:
         "# TYPE h2ping_retry_buffer_limit_bytes gauge",
         "# TYPE h2ping_fast_path gauge",
         "# TYPE h2ping_descriptor_shortages_total counter",
+        "# TYPE h2ping_client_connections gauge",
+        "# TYPE h2ping_client_capacity gauge",
+        "# TYPE h2ping_accept_pauses_total counter",
+        "# TYPE h2ping_listen_queue gauge",
+        "# TYPE h2ping_descriptors_open gauge",
+        "# TYPE h2ping_descriptors_limit gauge",
     ]
     assert (
         lines[2]
@@ -164,10 +184,14 @@ def test_render_leaves_out_what_is_not_there() -> None:
     fast_path = lines.index("# TYPE h2ping_fast_path gauge")
     assert lines[fast_path + 1].startswith("# HELP h2ping_descriptor_shortages_total ")
     samples = [line for line in lines[3:] if not line.startswith("#")]
-    assert all(line.endswith((" 0", " 0.0")) for line in samples), samples
+    unknown = [line for line in samples if line.startswith(("h2ping_client_c", "h2ping_desc"))]
+    unknown = [line for line in unknown if "shortages" not in line]
+    unknown.append(next(line for line in samples if line.startswith("h2ping_listen_queue")))
+    assert all(line.endswith(" NaN") for line in unknown), unknown  # no descriptors told
+    known = [line for line in samples if line not in unknown]
+    assert all(line.endswith((" 0", " 0.0")) for line in known), known
     assert 'h2ping_upstream_connections{state="draining"} 0' in lines
     assert 'h2ping_responses_total{status_class="3xx"} 0' in lines
-    assert text.endswith(" 0\n")
 
 
 def test_the_spec_list_is_what_render_writes() -> None:
@@ -472,7 +496,25 @@ h2ping_fast_path{path="hpack"} 1
 # HELP h2ping_access_log_dropped_total Access-log lines lost: the writer fell behind (a slow disk) or could not write.
 # TYPE h2ping_access_log_dropped_total counter
 h2ping_access_log_dropped_total 401
-# HELP h2ping_descriptor_shortages_total Times no file descriptor was free: a client turned away, or a once-a-second check that found all in use.
+# HELP h2ping_descriptor_shortages_total Times no file descriptor was free: an accept, an upstream dial, or a once-a-second check that found all in use.
 # TYPE h2ping_descriptor_shortages_total counter
 h2ping_descriptor_shortages_total 442
+# HELP h2ping_client_connections HTTP/1.1 client connections held now (each request in flight holds one).
+# TYPE h2ping_client_connections gauge
+h2ping_client_connections 530
+# HELP h2ping_client_capacity The most client connections taken at once: the descriptor limit less what upstream connections and files need. Beyond it, clients wait in the listen queue.
+# TYPE h2ping_client_capacity gauge
+h2ping_client_capacity 577
+# HELP h2ping_accept_pauses_total Times accepting stopped at client_capacity until a client left.
+# TYPE h2ping_accept_pauses_total counter
+h2ping_accept_pauses_total 485
+# HELP h2ping_listen_queue Clients waiting in the kernel's listen queue to be accepted (shared by workers).
+# TYPE h2ping_listen_queue gauge
+h2ping_listen_queue 730
+# HELP h2ping_descriptors_open File descriptors open (summed over workers).
+# TYPE h2ping_descriptors_open gauge
+h2ping_descriptors_open 626
+# HELP h2ping_descriptors_limit The open-file limit in force (RLIMIT_NOFILE; summed over workers).
+# TYPE h2ping_descriptors_limit gauge
+h2ping_descriptors_limit 677
 """  # noqa: E501
