@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import signal
 import sys
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gopeer
 from origin import start_origin
 from peers import GO_SHUTDOWN_GRACE, LAG_INTERVAL
 from procs import (
@@ -42,8 +42,6 @@ from procs import (
     write_results,
 )
 from scenarios import _merge_client_reports, merge_summaries, parse_summaries
-
-import gopeer
 
 BENCH_DIR = Path(__file__).resolve().parent
 #: Requests each client process sends (each holds one descriptor per request).
@@ -199,8 +197,9 @@ def print_figures(name: str, f: dict[str, Any]) -> None:
 
 def relay(target_port: int, port: int, cut: float) -> None:
     """An idle-cutting relay in a process of its own, until killed."""
-    from h2ping.testing.relays import Relay
     from procs import run_on_uvloop
+
+    from h2ping.testing.relays import Relay
 
     async def serve() -> None:
         async with Relay("127.0.0.1", target_port, idle_cut=cut, port=port):
