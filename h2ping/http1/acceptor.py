@@ -170,6 +170,12 @@ class Acceptor:
             task.add_done_callback(self._started)
         if self._room() <= 0:
             self._stop_reading()  # a leaving client starts it again
+            self._tell_if_full()
+
+    def _tell_if_full(self) -> None:
+        """Tell ``on_full`` once the clients themselves fill the capacity, not
+        accepted sockets still on their way to becoming clients."""
+        if not self._starting and self.at_capacity and self._retry is None and self._room() <= 0:
             self._on_full()
 
     def _wait_out_shortage(self, where: str) -> None:
@@ -193,6 +199,7 @@ class Acceptor:
         self._starting.discard(task)
         if not self._reading:
             self._read_if_room()
+            self._tell_if_full()
 
 
 _TCP_INFO_QUEUE = struct.Struct("=8x16xII")  # tcpi_unacked, tcpi_sacked after 8 u8, 4 u32

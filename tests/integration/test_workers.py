@@ -21,6 +21,7 @@ from h2ping.process.proxy import bind_listener
 from h2ping.process.siblings import Links
 from h2ping.process.workers import RunOne, run_workers
 from h2ping.testing import ScriptedUpstream
+from h2ping.testing.upstream import ScriptedRequest
 
 from ..conftest import assert_not_accepting, free_port, scrape_metrics, wait_for_port
 from ..launcher import (
@@ -398,3 +399,51 @@ def test_each_link_end_is_held_by_its_worker_alone(tmp_path: Path, parent_signal
         assert not others & set(held), f"worker {index} holds another worker's end"
     every_end = {inode for own, _ in seen.values() for inode in own}
     assert not every_end & socket_inodes(), "the parent kept a link end"
+
+
+#: Each worker's descriptor limit in the burst test: room for about 170 clients each.
+BURST_LIMIT = 200
+BURST_CLIENTS = 300  # more than one worker holds, fewer than two
+
+
+@ONE_LOOP
+async def test_a_burst_is_shared_so_no_worker_runs_out(tmp_path: Path) -> None:
+    """Clients arriving all at once, each on its own connection, while every response
+    is held a second: more than one worker can hold, so both take a share, none runs
+    out of descriptors, and every request is answered."""
+    import resource
+
+    async def held(request: ScriptedRequest) -> None:
+        await request.body()
+        await asyncio.sleep(1.0)
+        await request.respond(200, [("content-length", "2")], b"ok")
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (BURST_LIMIT, BURST_LIMIT))
+
+    async def one(url: str) -> int:
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                await resp.read()
+                return resp.status
+
+    ready = tmp_path / "w.ready"
+    port = free_port()
+    async with ScriptedUpstream(held) as up:
+        async with running(
+            [H2PING_SIDECAR, *worker_flags(port, up.url, ready)],
+            log=tmp_path / "w.log", ready_file=ready, preexec_fn=low_limit,
+        ) as launched:  # fmt: skip
+            url = f"http://127.0.0.1:{port}/burst"
+            statuses = await asyncio.gather(*(one(url) for _ in range(BURST_CLIENTS)))
+            assert await launched.terminate() == 0
+            text = launched.log_text()
+    assert statuses == [200] * BURST_CLIENTS, text[-3000:]
+    assert "out of file descriptors" not in text and "Traceback" not in text, text
+    capacities = [int(line.split(": capacity: ")[1].split()[0]) for line in text.splitlines()
+                  if ": capacity: " in line]  # fmt: skip
+    served = [int(line.split(" requests=")[1].split()[0]) for line in text.splitlines()
+              if ": stopped: " in line]  # fmt: skip
+    assert len(capacities) == 2 and sum(capacities) >= BURST_CLIENTS > max(capacities)
+    assert sum(served) == BURST_CLIENTS and min(served) > 0, (served, capacities)
