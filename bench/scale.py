@@ -145,6 +145,7 @@ def run_peer(
         "written_s": report["connect_seconds"],
         "proxy_cpu_s": cpu,
         "log_tail": log.splitlines()[-8:],
+        "slow_callbacks": [ln for ln in log.splitlines() if "Executing" in ln or "GCPAUSE" in ln][:40],
     }
     if name == "h2ping":
         per_worker = parse_summaries(log)

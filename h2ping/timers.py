@@ -44,6 +44,12 @@ class LazyTimer:
             self._handle.cancel()
             self._handle = None
 
+    def close(self) -> None:
+        """As :meth:`cancel`, for good: the callback is let go (it often refers back
+        to the timer's owner, a cycle only the cyclic collector would undo)."""
+        self.cancel()
+        self._callback = _nothing
+
     def _arm(self, when: float) -> None:
         self._armed_at = when
         self._handle = self._loop.call_at(when, self._fire)
@@ -58,3 +64,7 @@ class LazyTimer:
             return
         self._deadline = None
         self._callback()
+
+
+def _nothing() -> None:
+    pass

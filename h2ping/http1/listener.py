@@ -116,6 +116,14 @@ _MOVES: dict[ReadState, frozenset[ReadState]] = {
 }
 
 
+def _nothing() -> None:
+    pass
+
+
+def _discard(parts: list[bytes]) -> None:
+    pass
+
+
 class OutputFlusher:
     """Writes the output queued on client connections, each in one write, from a
     single callback per loop iteration: many streams' events in one iteration cost
@@ -284,7 +292,15 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._enter(ReadState.CLOSED)
-        self._stop_timer()
+        # What refers back to this connection goes: the timer's callback, the
+        # parser's, the transport's. Then it is freed as its last user lets go,
+        # not by the cyclic collector, whose full passes walk every live
+        # connection's objects and stall the loop under thousands of clients.
+        self._timer.close()
+        self._on_deadline = _nothing
+        self._parser = None
+        self._transport = None
+        self._write_batch = _discard
         self._registry.discard(self)
         self._out.clear()
         pending, self._pending = self._pending, []

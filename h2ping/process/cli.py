@@ -40,7 +40,7 @@ from .flags import (
     help_text,
     parse_command_line,
 )
-from .heap import HeapTrimmer
+from .heap import HeapTrimmer, settle_collector
 from .proxy import Proxy, bind_listener
 
 if TYPE_CHECKING:
@@ -206,6 +206,7 @@ async def _start(
 def _housekeeping(descriptors: DescriptorWatch) -> Iterator[None]:
     """Give freed memory back and watch the descriptors while the proxy serves."""
     # Process-wide, like the open-file limit: here and not in Proxy, which others embed.
+    settle_collector()
     trimmer = HeapTrimmer()
     trimmer.start()
     descriptors.start()
