@@ -34,6 +34,7 @@ from peers import GO_SHUTDOWN_GRACE, LAG_INTERVAL
 from procs import (
     BenchError,
     Procs,
+    _children,
     free_port,
     raise_nofile,
     tree_cpu_seconds,
@@ -123,6 +124,7 @@ def run_peer(
     wait_port(port, proxy)
     idle_kib = tree_rss_kib(proxy.pid)
     cpu_before = tree_cpu_seconds(proxy.pid)
+    waited_before = runqueue_wait(proxy.pid)
     clients = start_clients(procs, name, port, args)
     samples: list[tuple[float, int]] = []
     deadline = time.monotonic() + 3 * args.seconds + 300
@@ -133,6 +135,7 @@ def run_peer(
         time.sleep(0.25)
     report = _merge_client_reports([c.log_path.read_text() for c in clients])
     cpu = tree_cpu_seconds(proxy.pid) - cpu_before
+    waited = {pid: s - waited_before.get(pid, 0.0) for pid, s in runqueue_wait(proxy.pid).items()}
     procs.stop(proxy, stop, 60, group=group)
     log = proxy.log_path.read_text(errors="replace")
     start, end = report["all_sent_at"] or 0.0, report["first_done_at"] or float("inf")
@@ -144,8 +147,10 @@ def run_peer(
         "kib_per_request": (max(window) - idle_kib) / args.n,
         "written_s": report["connect_seconds"],
         "proxy_cpu_s": cpu,
+        # Seconds the busiest proxy process spent ready to run but waiting for a core:
+        # event-loop lag the machine's other processes cause, not the proxy's work.
+        "runqueue_wait_s": max(waited.values(), default=0.0),
         "log_tail": log.splitlines()[-8:],
-        "slow_callbacks": [ln for ln in log.splitlines() if "Executing" in ln or "GCPAUSE" in ln][:40],
     }
     if name == "h2ping":
         per_worker = parse_summaries(log)
@@ -156,6 +161,19 @@ def run_peer(
         figures["requests_per_worker"] = [int(s.get("requests", 0)) for s in per_worker.values()]
         figures["capacity_lines"] = [ln for ln in log.splitlines() if ": capacity: " in ln]
     return figures
+
+
+def runqueue_wait(pid: int) -> dict[int, float]:
+    """Per process of the proxy (the worker processes, or the one), the seconds it
+    has spent runnable but waiting for a core (``/proc/PID/schedstat``)."""
+    waited = {}
+    for each in [pid, *_children(pid)]:
+        try:
+            fields = Path(f"/proc/{each}/schedstat").read_text().split()
+        except OSError:
+            continue
+        waited[each] = int(fields[1]) / 1e9
+    return waited
 
 
 def start_clients(procs: Procs, name: str, port: int, args: argparse.Namespace) -> list[Any]:
@@ -186,6 +204,7 @@ def print_figures(name: str, f: dict[str, Any]) -> None:
     if name == "h2ping":
         print(
             f"  loop lag p99 {f['loop_lag_p99_ms']} ms, max {f['loop_lag_max_ms']} ms; "
+            f"waiting for a core {f['runqueue_wait_s']:.1f} s (the most of a process); "
             f"requests per worker {f['requests_per_worker']}",
             flush=True,
         )

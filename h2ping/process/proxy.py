@@ -39,9 +39,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("h2ping")
 
 
-#: Pending client connections the kernel queues for us (the system caps it at
-#: net.core.somaxconn): clients wait there while the process is at capacity.
-LISTEN_BACKLOG = 4096
+#: Pending client connections the kernel may queue for us: as many as it allows
+#: (it caps the number at net.core.somaxconn). Clients wait there while the
+#: process is at capacity, and a burst waits there to be accepted.
+LISTEN_BACKLOG = 65535
 
 
 def bind_listener(listen: HostPort) -> socket.socket:
