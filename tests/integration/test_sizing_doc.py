@@ -44,7 +44,7 @@ def test_the_spare_is_as_said() -> None:
 
 def shape(line: str) -> str:
     """A log line without its time, instance name and numbers."""
-    line = re.sub(r"^.*? (INFO|WARNING) h2ping [^:]+: ", r"\1 ", line.strip())
+    line = re.sub(r"^(?:.*? )?(INFO|WARNING) h2ping [^:]+: ", r"\1 ", line.strip())
     return re.sub(r"\d[\d,]*", "N", line)
 
 
