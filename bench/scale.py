@@ -92,6 +92,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--nofile", type=int, default=20_000, help="the proxy's descriptor limit (each process)"
     )
+    parser.add_argument(
+        "--per-client", type=int, default=PER_CLIENT, help="requests a client process sends"
+    )
     parser.add_argument("--ping-interval", default="3s", help="below --cut, for both proxies")
     parser.add_argument("--out", help="JSON results (default: bench/results/scale-N-TIME.json)")
     return parser.parse_args()
@@ -177,7 +180,7 @@ def runqueue_wait(pid: int) -> dict[int, float]:
 
 
 def start_clients(procs: Procs, name: str, port: int, args: argparse.Namespace) -> list[Any]:
-    count = math.ceil(args.n / PER_CLIENT)
+    count = math.ceil(args.n / args.per_client)
     clients = []
     for index in range(count):
         share = args.n // count + (index < args.n % count)
