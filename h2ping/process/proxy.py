@@ -9,6 +9,7 @@ Usable from a program or a test suite::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import ssl
@@ -177,47 +178,59 @@ class Proxy:
         )
         if sock is None:
             sock = bind_listener(config.listen)
-        loop = asyncio.get_running_loop()
+        self.capacity = ClientCapacity.of_this_process(self.pool.stream_limit)
+        self._acceptor = self._make_acceptor(sock, self.capacity)
+        self._address = sock.getsockname()
+        self.port = self._address[1]
+        # Each step that starts something says how to undo it: a later step that
+        # fails leaves nothing running (no listening socket, timer, thread, link).
+        async with contextlib.AsyncExitStack() as undo:
+            undo.callback(self._acceptor.close)
+            if self.access_log is not None:  # before any request can be accepted
+                try:
+                    self.access_log.open()
+                except OSError as exc:
+                    raise AccessLogError(self.access_log.path, exc) from None
+                undo.push_async_callback(self.access_log.close)
+            self._acceptor.start()
+            if config.loop_lag_interval > 0:
+                self.lag = LagMonitor(config.loop_lag_interval)
+                self.lag.start()
+                undo.callback(self.lag.stop)
+            await self._start_links_and_admin(links, undo)
+            undo.pop_all()  # started: stop() ends it all from here
+
+    def _make_acceptor(self, sock: socket.socket, capacity: ClientCapacity) -> Acceptor:
+        config, loop = self.config, asyncio.get_running_loop()
         limits = ListenerLimits(config.header_timeout, config.client_idle_timeout)
         flusher = OutputFlusher(loop)
-        self.capacity = ClientCapacity.of_this_process(self.pool.stream_limit)
-        acceptor = self._acceptor = Acceptor(
+        return Acceptor(
             sock,
             lambda: ClientConnection(self._new_exchange, self.clients, self.stats, limits, flusher),
             self.clients,
-            self.capacity,
+            capacity,
             self.descriptors.shortage,
             self._at_capacity,
         )
-        self._address = sock.getsockname()
-        self.port = self._address[1]
-        if self.access_log is not None:  # before any request can be accepted (no await)
-            try:
-                self.access_log.open()
-            except OSError as exc:
-                acceptor.close()
-                raise AccessLogError(self.access_log.path, exc) from None
-        acceptor.start()
-        if config.loop_lag_interval > 0:
-            self.lag = LagMonitor(config.loop_lag_interval)
-            self.lag.start()
+
+    async def _start_links_and_admin(
+        self, links: Links | None, undo: contextlib.AsyncExitStack
+    ) -> None:
+        """Worker 1's questions to this worker, and the admin endpoint, as configured."""
         # Imported here, not above: only -workers and -admin-listen need them, and a
         # plain proxy's memory stays without them (they never import this module).
         if links is not None and links.answer_on is not None:
             from .siblings import answer_siblings
 
             self._answering = await answer_siblings(self, links.answer_on)
-        if config.admin_listen is not None:
+            undo.callback(self._answering.close)
+        if self.config.admin_listen is not None:
             from .admin import AdminServer
             from .siblings import Siblings
 
             siblings = Siblings(links) if links is not None and links.ask else None
-            admin = AdminServer(self, config.admin_listen, siblings)
-            try:
-                await admin.start()  # raises AdminListenError, an OSError
-            except OSError:
-                acceptor.close()
-                raise
+            admin = AdminServer(self, self.config.admin_listen, siblings)
+            await admin.start()  # raises AdminListenError, an OSError
             self.admin = admin
 
     def reopen_logs(self) -> None:
