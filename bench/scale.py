@@ -95,6 +95,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--per-client", type=int, default=PER_CLIENT, help="requests a client process sends"
     )
+    parser.add_argument(
+        "--nice-clients",
+        type=int,
+        default=0,
+        help="run the client processes at this nice level: with the load generator "
+        "behind, the proxy's loop lag shows what its own work costs",
+    )
     parser.add_argument("--ping-interval", default="3s", help="below --cut, for both proxies")
     parser.add_argument("--out", help="JSON results (default: bench/results/scale-N-TIME.json)")
     return parser.parse_args()
@@ -185,6 +192,8 @@ def start_clients(procs: Procs, name: str, port: int, args: argparse.Namespace) 
     for index in range(count):
         share = args.n // count + (index < args.n % count)
         argv = [sys.executable, str(BENCH_DIR / "inflight_client.py"), "--port", str(port)]
+        if args.nice_clients:
+            argv = ["nice", "-n", str(args.nice_clients), *argv]
         argv += ["--n", str(share), "--path", f"/delay?ms={args.seconds * 1000}"]
         argv += ["--timeout", str(3 * args.seconds + 240)]
         argv += ["--first-ip", str(2 + IPS_PER_CLIENT * index), "--source-ips", str(IPS_PER_CLIENT)]
