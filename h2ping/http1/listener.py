@@ -212,8 +212,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._rejection = (400, "bad request")  # what REJECTED answers once its turn comes
         self._raised: RequestRejected | None = None  # by a parser callback, as it left
         # Requests whose responses are pending, oldest (the one being answered) first.
-        # Two at most (reading pauses while one waits): a list, as a deque costs
-        # 600 bytes more per connection.
+        # Reading pauses once a request waits behind another, so this holds the
+        # requests of one read at most (pipelined ones), usually one or two: a
+        # list, as a deque costs 600 bytes more per connection.
         self._pending: list[tuple[RequestHandler, ResponseWriter]] = []
 
     @property

@@ -95,13 +95,19 @@ class UpstreamStream:
     )
 
     def __init__(
-        self, conn: StreamHost, engine: H2Engine, stream_id: int, sink: StreamSink
+        self,
+        conn: StreamHost,
+        engine: H2Engine,
+        stream_id: int,
+        sink: StreamSink,
+        ended: bool = False,
     ) -> None:
+        """``ended``: the HEADERS that opened it ended the request (no body)."""
         self.conn = conn
         self._engine = engine
         self.stream_id = stream_id
         self.sink = sink
-        self.state = StreamState.SENDING
+        self.state = StreamState.SENT if ended else StreamState.SENDING
         # Made with the first body chunk: most requests have none, and a deque
         # costs 600 bytes.
         self._outq: deque[memoryview] | None = None

@@ -1,11 +1,14 @@
 """One HTTP/2 connection to the upstream: its stream slots, its streams, its life.
 
-The connection is an ``asyncio.Protocol`` that reads all the time (push): what
-``data_received`` reads goes to the connection's :class:`~.engine.H2Engine`, which
-tells it, call by call, what the peer said; each call goes to the stream it
-concerns. Nothing here knows about HTTP/1.1; a stream (:mod:`h2ping.http2.streams`)
-reports to a :class:`StreamSink`, which the exchange implements. When inbound
-frames are handled is :mod:`h2ping.http2.inbound`'s business, what is written and when
+The connection is an ``asyncio.Protocol`` that reads whether or not a request
+waits (push, not pull: a PING, a GOAWAY or a dead peer is seen on an idle
+connection too), pausing only while what it read is still being handled, one
+share a loop turn (:mod:`h2ping.http2.inbound`). What ``data_received`` reads
+goes to the connection's :class:`~.engine.H2Engine`, which tells it, call by
+call, what the peer said; each call goes to the stream it concerns. Nothing here
+knows about HTTP/1.1; a stream (:mod:`h2ping.http2.streams`) reports to a
+:class:`StreamSink`, which the exchange implements. When inbound frames are
+handled is :mod:`h2ping.http2.inbound`'s business, what is written and when
 :mod:`h2ping.http2.outbound`'s. Dialling (TCP, TLS, ALPN) is :mod:`h2ping.http2.dial`.
 
 A GOAWAY drains the connection here, and is never given to h2: h2 closes its whole
@@ -35,7 +38,7 @@ from .lifetime import Lifetime
 from .liveness import Liveness
 from .outbound import OutboundPump
 from .pingbackoff import PingBackoff, punishes_pings
-from .streams import SlotLost, StreamSink, StreamSlot, StreamState, UpstreamStream
+from .streams import SlotLost, StreamSink, StreamSlot, UpstreamStream
 
 log = logging.getLogger("h2ping.upstream")
 
@@ -157,9 +160,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             )
         stream_id = self._engine.next_stream_id()
         self._engine.send_request(stream_id, headers, end_stream)
-        stream = UpstreamStream(self, self._engine, stream_id, sink)
-        if end_stream:
-            stream.state = StreamState.SENT
+        stream = UpstreamStream(self, self._engine, stream_id, sink, ended=end_stream)
         self.streams[stream_id] = stream
         self.outbound.schedule_flush()
         if stream_id >= LAST_USABLE_STREAM_ID:

@@ -255,3 +255,36 @@ def test_only_the_seam_reaches_past_the_libraries_api() -> None:
 def test_the_guard_sees_a_reach_outside_the_seam(source: str) -> None:
     assert reaches_past_the_api("h2ping.http2.upstream", source)
     assert not reaches_past_the_api("h2ping.http2.engine.connection", source)
+
+
+def _state_writes(source: str, state: str) -> list[int]:
+    """Lines of ``source`` that assign ``<something>.state = <state>.<member>``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Assign):
+            continue
+        value = node.value  # a = X.A if c else X.B names two
+        values = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+        named = any(
+            isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and v.value.id == state
+            for v in values
+        )
+        if named and any(isinstance(t, ast.Attribute) and t.attr == "state" for t in node.targets):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_a_stream_is_the_only_writer_of_its_state() -> None:
+    """One owner for each piece of state: StreamState changes in streams.py only."""
+    writers = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := _state_writes(path.read_text(), "StreamState"))
+    }
+    assert list(writers) == ["http2/streams.py"], writers
+
+
+def test_the_state_guard_sees_a_write_from_outside() -> None:
+    assert _state_writes("stream.state = StreamState.SENT\n", "StreamState") == [1]
+    assert _state_writes("s.state = StreamState.A if x else StreamState.B\n", "StreamState")
+    assert not _state_writes("stream.state = other\n", "StreamState")

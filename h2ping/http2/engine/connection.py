@@ -280,7 +280,7 @@ def _unchecked(config: h2.config.H2Configuration) -> bool:
 
 class H2Connection(h2.connection.H2Connection):
     """A client connection enforcing ``header_list_limit`` per stream, taking the
-    fast paths named in ``fast`` (the probes of :mod:`h2ping.http2.fastpaths` choose)."""
+    fast paths named in ``fast`` (the probes of :mod:`h2ping.http2.engine.fastpaths` choose)."""
 
     def __init__(
         self,
@@ -307,7 +307,7 @@ class H2Connection(h2.connection.H2Connection):
         self.header_list_limit = header_list_limit
         # h2 would lower this to the advertised limit when a SETTINGS frame
         # changing it is acknowledged; ours goes out once, as an initial value
-        # (see UpstreamConnection.connection_made), so this ceiling stays.
+        # (our_settings in facade.py), so this ceiling stays.
         # Without stream faults, h2 enforces the limit while decoding.
         self.decoder.max_header_list_size = header_list_limit + (
             DECODE_HEADROOM if self._stream_faults else 0
