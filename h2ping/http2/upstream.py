@@ -54,10 +54,31 @@ _DEAD = (
 
 
 class ConnState(enum.Enum):
-    CONNECTING = "connecting"
+    """An upstream connection's life, one state at a time."""
+
+    CONNECTING = "connecting"  # dialled; the peer's first SETTINGS not yet here
     OPEN = "open"  # takes new streams
     DRAINING = "draining"  # GOAWAY received or retired: finishes what it has
-    CLOSED = "closed"
+    CLOSED = "closed"  # over: every stream ended, the transport closed
+
+    # Singletons: hashed by identity (Enum's own hash runs Python code).
+    __hash__ = object.__hash__
+
+
+_C = ConnState
+
+#: Every move of a connection's life: ``UpstreamConnection._enter`` makes these and
+#: no other. Any state but CLOSED may end (a dead peer, a protocol error, the
+#: proxy's shutdown); only an open connection drains.
+_MOVES: dict[ConnState, frozenset[ConnState]] = {
+    # OPEN at the peer's first SETTINGS
+    _C.CONNECTING: frozenset({_C.OPEN, _C.CLOSED}),
+    # DRAINING at a GOAWAY, a retirement for age, the last stream id used
+    _C.OPEN: frozenset({_C.DRAINING, _C.CLOSED}),
+    # CLOSED once the last stream and reservation are gone
+    _C.DRAINING: frozenset({_C.CLOSED}),
+    _C.CLOSED: frozenset(),
+}
 
 
 class UpstreamConnection(asyncio.BufferedProtocol):
@@ -96,24 +117,21 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._engine = H2Engine(self, self.streams, config.max_response_header_bytes)
         self._read_buffer = memoryview(bytearray(READ_SIZE))
         self._inbound = InboundTurns(
-            self._loop,
-            self._take_batch,
-            lambda: self._engine.ready,
-            self._is_closed,
-            lambda: len(self.streams),
+            self._loop, self._take_batch, self._backlog_ready, self._is_closed, self._open_streams
         )
         self._ping_backoff = ping_backoff
         self.ping_interval = config.ping_interval if ping_backoff is None else ping_backoff.interval
         self._liveness = Liveness(
             self.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
         )
+        self._on_age = on_age
         self.lifetime = Lifetime(
             self._loop,
             config.max_conn_age,
             config.idle_conn_timeout,
-            None if on_age is None else lambda: on_age(self),
+            None if on_age is None else self._reached_age,
             self._on_idle,
-            lambda: self.busy,
+            self._is_busy,
         )
         self.outbound = OutboundPump(self._loop, self._engine)
 
@@ -186,15 +204,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
 
     def close(self, reason: str) -> None:
         """Send GOAWAY(NO_ERROR) and close; streams still open fail."""
-        if self.state is ConnState.CLOSED:
-            return
-        self.close_reason = self.close_reason or reason
-        if self._transport is not None and not self._transport.is_closing():
-            self._engine.close()
-            self.outbound.flush()
-            self._transport.close()
         error = UpstreamError(errors.CONNECTION_TERMINATED, f"connection closed: {reason}")
-        self._end(reason, error)
+        self._end(reason, error, goaway=ErrorCodes.NO_ERROR)
 
     # ----------------------------------------------------------------- protocol
 
@@ -235,8 +246,29 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, before))
         self._end(reason, UpstreamError(errors.CONNECTION_TERMINATED, reason))
 
+    def _enter(self, state: ConnState) -> bool:
+        """Move to ``state`` if the table of moves (``_MOVES``) allows it from here;
+        every change of state goes through here. False if refused."""
+        if state in _MOVES[self.state]:
+            self.state = state
+            return True
+        return False
+
     def _is_closed(self) -> bool:
         return self.state is ConnState.CLOSED
+
+    def _backlog_ready(self) -> bool:
+        return self._engine.ready
+
+    def _open_streams(self) -> int:
+        return len(self.streams)
+
+    def _is_busy(self) -> bool:
+        return self.busy
+
+    def _reached_age(self) -> None:
+        assert self._on_age is not None  # the clock is wired only with it
+        self._on_age(self)
 
     def _take_batch(self, budget: int = INBOUND_BATCH) -> int:
         """Handle about ``budget`` bytes of frames; return how many."""
@@ -270,8 +302,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.max_streams = min(max_concurrent_streams, 2**31)
         if initial_window_changed:
             self.on_window_update(0)
-        if not self._ready.done():
-            self.state = ConnState.OPEN
+        if self._enter(ConnState.OPEN):
             self._ready.set_result(None)
             self._liveness.start()
             self.lifetime.start()
@@ -352,8 +383,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     # ----------------------------------------------------------------- ending
 
     def _drain(self, reason: str) -> None:
-        if self.state is ConnState.OPEN:
-            self.state = ConnState.DRAINING
+        if self._enter(ConnState.DRAINING):
             self.close_reason = reason
             self.lifetime.stop()  # it takes no new streams: neither clock matters now
             self._on_change(self)
@@ -369,25 +399,29 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def _protocol_error(self, detail: str, code: int = ErrorCodes.PROTOCOL_ERROR) -> None:
         """A connection error: GOAWAY with ``code``, close, fail every stream."""
         log.warning("conn=%d HTTP/2 protocol error from upstream: %s", self.id, detail)
-        self._engine.close(code)
-        self.outbound.flush()
-        if self._transport is not None:
-            self._transport.close()
-        self._end(f"protocol error: {detail}", UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
+        error = UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail)
+        self._end(f"protocol error: {detail}", error, goaway=code)
 
     def _fail_ready(self, error: UpstreamError) -> None:
         if not self._ready.done():
             self._ready.set_exception(error)
             self._ready.exception()  # connect() may have stopped waiting (timeout)
 
-    def _end(self, reason: str, error: UpstreamError) -> None:
-        """The connection is over. CLOSED comes first, so that no slot of it is
-        handed out while its streams fail (their sinks may replay at once); the
-        pool hears of it once, at the end."""
+    def _end(self, reason: str, error: UpstreamError, goaway: int | None = None) -> None:
+        """The one way a connection ends, whatever ended it: its streams fail with
+        ``error``. With ``goaway`` (an error code) the peer is told so and the
+        transport closes after what is written; without, it is cut. CLOSED comes
+        before the streams fail, so that no slot of it is handed out meanwhile
+        (their sinks may replay at once); the pool hears of it once, at the end."""
         if self.state is ConnState.CLOSED:
             return
-        self.state = ConnState.CLOSED
         self.close_reason = self.close_reason or reason
+        if goaway is not None and self._transport is not None:
+            if not self._transport.is_closing():
+                self._engine.close(goaway)
+                self.outbound.flush()
+            self._transport.close()
+        self._enter(ConnState.CLOSED)
         self._liveness.stop()
         self.lifetime.stop()
         self._inbound.stop()

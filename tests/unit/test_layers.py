@@ -288,3 +288,22 @@ def test_the_state_guard_sees_a_write_from_outside() -> None:
     assert _state_writes("stream.state = StreamState.SENT\n", "StreamState") == [1]
     assert _state_writes("s.state = StreamState.A if x else StreamState.B\n", "StreamState")
     assert not _state_writes("stream.state = other\n", "StreamState")
+
+
+def test_an_upstream_connection_changes_state_through_its_table_only() -> None:
+    """Outside ``_enter`` only ``__init__`` sets the state (its first one)."""
+    from h2ping.http2.upstream import _MOVES, ConnState
+
+    tree = ast.parse((PACKAGE / "http2" / "upstream.py").read_text())
+    setters = [
+        function.name
+        for function in ast.walk(tree)
+        if isinstance(function, ast.FunctionDef)
+        for node in ast.walk(function)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Attribute) and t.attr == "state" for t in node.targets)
+    ]
+    assert sorted(setters) == ["__init__", "_enter"], setters
+    assert set(_MOVES) == set(ConnState)
+    assert not _MOVES[ConnState.CLOSED]  # the end is the end
+    assert all(ConnState.CLOSED in moves for state, moves in _MOVES.items() if moves)
