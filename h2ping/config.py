@@ -216,6 +216,11 @@ def parse_upstream(text: str) -> Upstream:
         raise ValueError(f"invalid URL {text!r}: credentials in the URL are not supported")
     if port == 0:
         raise ValueError(f"invalid URL {text!r}: port 0")
+    if port is None and parts.netloc.rpartition("@")[2].endswith(":"):
+        default = 443 if scheme == "https" else 80
+        raise ValueError(
+            f"invalid URL {text!r}: no port after the ':' (leave the ':' out for {default})"
+        )
     if _BAD_ESCAPE.search(parts.path) or _BAD_ESCAPE.search(parts.query):
         raise ValueError(f"invalid URL {text!r}: a % that starts no escape")
     return Upstream(

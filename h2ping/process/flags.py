@@ -17,8 +17,10 @@ have one (``-ping-timeout 0``, a negative ``-shutdown-grace``), with a note sayi
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -313,7 +315,8 @@ def _parse_argv(
             raise VersionRequested()
         flag = known.get(name)
         if flag is None:
-            raise UsageError(f"flag provided but not defined: -{name}")
+            hint = _did_you_mean(name, list(known), "-")
+            raise UsageError(f"flag provided but not defined: -{name}{hint}")
         if flag.is_bool:  # never takes the next argument: -insecure-skip-verify=false
             value = value if has_value else "true"
         elif not has_value:  # the next argument is the value, even if it starts with "-"
@@ -323,6 +326,17 @@ def _parse_argv(
             i += 1
         found[flag.field] = _convert(flag, value, f"-{flag.name}")  # convert now, like Go
     return found
+
+
+#: How alike a name must be to a known one to be offered in its place (difflib's ratio).
+_CLOSE_ENOUGH = 0.75
+
+
+def _did_you_mean(name: str, known: Sequence[str], prefix: str) -> str:
+    """`` (did you mean -ping-interval?)`` for a name close to a known one (each
+    without the ``prefix`` it is written with), else ""."""
+    close = difflib.get_close_matches(name, known, n=1, cutoff=_CLOSE_ENOUGH) if name else []
+    return f" (did you mean {prefix}{close[0]}?)" if close else ""
 
 
 def _ignored_arguments(rest: list[str], before: str, known: Mapping[str, _Flag]) -> str:
@@ -418,8 +432,11 @@ def _gather(
         # An empty variable counts as unset: templated deployments often export VAR="".
         if flag.field not in settings and raw != "":
             settings[flag.field] = _convert(flag, raw, flag.env)
+    listed = f" (see --help for the {ENV_PREFIX}* variables)"
+    suffixes = sorted(known.removeprefix(ENV_PREFIX) for known in _KNOWN_ENV)
     notes += [
-        f"ignoring {name}: not a setting (see --help for the {ENV_PREFIX}* variables)"
+        f"ignoring {name}: not a setting"
+        + (_did_you_mean(name.removeprefix(ENV_PREFIX), suffixes, ENV_PREFIX) or listed)
         for name in sorted(env)
         if name.startswith(ENV_PREFIX) and name not in _KNOWN_ENV
     ]
@@ -510,6 +527,10 @@ def help_text(prog: str) -> str:
     ]
     flag_lines, width = _flag_lines(_FLAGS, _GROUPS)
     lines += flag_lines
+    lines += ["", "Environment (each sets the flag of its name; an unknown one is reported):"]
+    lines += textwrap.wrap(
+        " ".join(flag.env for flag in _FLAGS), width=88, initial_indent="  ", subsequent_indent="  "
+    )
     lines += [
         "",
         "Other:",

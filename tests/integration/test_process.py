@@ -175,7 +175,7 @@ async def test_notes_and_unknown_variables_are_warned_at_startup() -> None:
         assert await asyncio.wait_for(proc.wait(), 10) == 0
     warnings = [line.split(": ", 1)[1] for line in before if " WARNING " in line]
     assert warnings == [
-        "ignoring H2PING_PING_INTERVL: not a setting (see --help for the H2PING_* variables)",
+        "ignoring H2PING_PING_INTERVL: not a setting (did you mean H2PING_PING_INTERVAL?)",
         "-ping-timeout 0: taken as 15s, the default the Go binary's HTTP/2 transport uses for it",
     ]
 

@@ -74,7 +74,9 @@ def test_value_flag_spellings(argv: list[str]) -> None:
 )
 def test_underscores_are_not_flags(argv: list[str]) -> None:
     # Go knows only the dashed names; only the H2PING_* variables use underscores.
-    assert error(*UP, *argv, code=2) == "flag provided but not defined: -ping_interval"
+    assert error(*UP, *argv, code=2) == (
+        "flag provided but not defined: -ping_interval (did you mean -ping-interval?)"
+    )
     assert parse(*UP, "--ping-interval", "30s").ping_interval == 30.0
 
 
@@ -84,8 +86,55 @@ def test_upstream_spellings(upstream: list[str]) -> None:
 
 
 def test_no_prefix_abbreviations() -> None:
-    assert error(*UP, "--list", "127.0.0.1:1") == "flag provided but not defined: -list"
+    assert error(*UP, "--list", "127.0.0.1:1") == (
+        "flag provided but not defined: -list (did you mean -listen?)"
+    )
     assert error(*UP, "-ping", "1s") == "flag provided but not defined: -ping"
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("-ping-intervall", "-ping-interval"),
+        ("-ping-inteval", "-ping-interval"),
+        ("--upstrem", "-upstream"),
+        ("-max-conn-ages", "-max-conn-age"),
+        ("-readyfile", "-ready-file"),
+        ("-shutdown_grace", "-shutdown-grace"),
+    ],
+)
+def test_a_typo_gets_the_flag_it_was_close_to(typo: str, meant: str) -> None:
+    name = typo.lstrip("-")
+    assert error(*UP, typo, "1", code=2) == (
+        f"flag provided but not defined: -{name} (did you mean {meant}?)"
+    )
+
+
+def test_a_name_close_to_none_gets_no_guess() -> None:
+    assert error(*UP, "-verbose", code=2) == "flag provided but not defined: -verbose"
+
+
+def test_an_unknown_variable_close_to_a_setting_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    notes = parse_command_line(
+        [*UP], {"H2PING_PING_INTERVALL": "30s", "H2PING_NOTHING_LIKE_IT": "1"}
+    ).notes
+    assert notes == (
+        "ignoring H2PING_NOTHING_LIKE_IT: not a setting (see --help for the H2PING_* variables)",
+        "ignoring H2PING_PING_INTERVALL: not a setting (did you mean H2PING_PING_INTERVAL?)",
+    )
+
+
+def test_help_lists_every_variable() -> None:
+    text = help_text("h2ping")
+    listed = text.split("Environment (", 1)[1].split("Other:", 1)[0].split()
+    for flag in ("upstream", "ping-interval", "max-buffered-bytes", "admin-listen"):
+        assert "H2PING_" + flag.upper().replace("-", "_") in listed
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:", "http://[::1]:", "https://host:/v1"])
+def test_an_empty_port_is_refused(url: str) -> None:
+    message = error("-upstream", url, code=1)
+    assert message.startswith(f'-upstream: invalid URL "{url}": no port after the')
 
 
 def test_all_flags_together() -> None:
@@ -275,7 +324,7 @@ def test_unknown_h2ping_variables_are_named_once() -> None:
     env = {"H2PING_PING_INTERVL": "30s", "H2PING_": "", "H2PING_LISTEN": "", "H2PINGX": "1"}
     assert notes(*UP, env=env) == (
         "ignoring H2PING_: not a setting (see --help for the H2PING_* variables)",
-        "ignoring H2PING_PING_INTERVL: not a setting (see --help for the H2PING_* variables)",
+        "ignoring H2PING_PING_INTERVL: not a setting (did you mean H2PING_PING_INTERVAL?)",
     )
     assert notes(*UP, env={"H2PING_READY_FILE": "/tmp/r", "H2PING_WORKERS": "2"}) == ()
 
