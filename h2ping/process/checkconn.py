@@ -58,6 +58,10 @@ def printable(data: bytes, limit: int = 80) -> str:
     return "".join(chr(b) if 32 <= b < 127 else "?" for b in data[:limit])
 
 
+#: The bytes of an HTTP/2 frame header (RFC 9113, section 4.1).
+FRAME_HEADER = 9
+
+
 def _not_http2(first: bytes) -> str | None:
     """What the first bytes of an answer say when they are no HTTP/2 frames. Only the
     first read is looked at: a peer's first answer comes in one segment."""
@@ -65,6 +69,12 @@ def _not_http2(first: bytes) -> str | None:
         return "answered in HTTP/1.x, not HTTP/2"
     if first[:1] in (b"\x15", b"\x16") and first[1:2] == b"\x03":  # a TLS alert or handshake
         return "answered with TLS: use an https:// upstream"
+    head = first[:FRAME_HEADER]
+    if len(head) == FRAME_HEADER and all(32 <= b < 127 or b in b"\t\r\n" for b in head):
+        # A frame header is binary: its length's first byte is 0 for any frame
+        # under 64 KiB. Text is an HTTP/1.x server's answer without a status line
+        # (an HTTP/0.9-style error page), or a banner.
+        return f'answered with text ("{printable(first, 20)}"), not HTTP/2: it speaks HTTP/1.x'
     return None
 
 
@@ -180,6 +190,11 @@ class ProbeConnection(asyncio.BufferedProtocol):
         self._end(reason)
         if not self.lost.done():
             self.lost.set_result(None)
+
+    @property
+    def heard_nothing(self) -> bool:
+        """Not one byte has come from the peer since :meth:`start`."""
+        return self._first_read
 
     def _received(self, data: bytes) -> None:
         if self.ended is not None:

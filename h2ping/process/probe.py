@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from h2.settings import SettingCodes
 
 from .._version import __version__
-from ..config import CheckSettings, Config
+from ..config import CheckSettings, Config, Upstream
 from ..forward.headers import request_headers
 from ..http2.dial import describe_connect_error
 from ..http2.tlslayer import TLSLayer
@@ -32,6 +32,9 @@ SETTINGS: tuple[tuple[SettingCodes, str, str], ...] = (
 )
 #: Below this many concurrent streams a server makes h2ping open more connections.
 FEW_STREAMS = 10
+#: How long the check waits for a TLS handshake when an h2c connection was hung up
+#: on without a word (is it a TLS port?).
+TLS_HINT_TIMEOUT = 2.0
 #: A certificate that ends sooner than this is worth a note.
 EXPIRY_WARNING_DAYS = 30
 
@@ -138,13 +141,38 @@ async def _connect(
                 findings.tcp_time = time.perf_counter() - started
             settings_from = time.perf_counter()
             conn.start()
-            findings.settings = await conn.settings
+            try:
+                findings.settings = await conn.settings
+            except ProbeFailed as exc:
+                if not upstream.tls and conn.heard_nothing and await _speaks_tls(upstream):
+                    raise ProbeFailed(f"{exc}: it speaks TLS, use an https:// upstream") from None
+                raise
             findings.settings_time = time.perf_counter() - settings_from
     except OSError as exc:  # TimeoutError and ssl.SSLError among them
         detail = describe_connect_error(exc, upstream, config.connect_timeout).detail
         raise ProbeFailed(detail) from None
     findings.http2 = True
     _judge_settings(findings)
+
+
+async def _speaks_tls(upstream: Upstream) -> bool:
+    """Whether ``upstream``'s port completes a TLS handshake (certificate unchecked:
+    only the protocol is asked): a server that hung up on h2c without a word may."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        async with asyncio.timeout(TLS_HINT_TIMEOUT):
+            _, writer = await asyncio.open_connection(
+                upstream.host, upstream.port, ssl=context, server_hostname=upstream.host
+            )
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(TLS_HINT_TIMEOUT):
+            await writer.wait_closed()
+    return True
 
 
 def _tls_facts(tls: ssl.SSLObject, context: ssl.SSLContext) -> TLSFacts:

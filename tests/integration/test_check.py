@@ -467,3 +467,55 @@ def test_check_is_dispatched_on_the_first_argument(capsys: pytest.CaptureFixture
         capsys.readouterr().err
         == 'h2ping check: -pings: invalid integer "x": expected a whole number\n'
     )
+
+
+async def test_http_to_a_tls_port_says_to_use_https(tls: TLSFiles) -> None:
+    """A TLS server hangs up on the h2c preface without a word: the check then
+    tries a TLS handshake on the same port and says what it found."""
+
+    async def tls_only(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.close()
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls.cert_file, tls.key_file)
+    server = await asyncio.start_server(tls_only, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        findings, _, _ = await check("-upstream", f"http://127.0.0.1:{port}")
+    assert findings.problem is not None
+    assert findings.problem.endswith(
+        "before its HTTP/2 SETTINGS: it speaks TLS, use an https:// upstream"
+    ), findings.problem
+
+
+async def test_a_plain_port_that_hangs_up_gets_no_tls_hint() -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.close()
+
+    server = await asyncio.start_server(hang_up, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        findings, _, _ = await check("-upstream", f"http://127.0.0.1:{port}")
+    assert findings.problem is not None and "TLS" not in findings.problem, findings.problem
+    assert findings.problem.endswith("before its HTTP/2 SETTINGS")
+
+
+async def test_a_text_answer_says_the_port_speaks_http1() -> None:
+    """Python's http.server answers the HTTP/2 preface (version "HTTP/2.0") with an
+    error page and no status line, as HTTP/0.9 would: text, not a frame."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        findings, _, _ = await check("-upstream", f"http://127.0.0.1:{server.server_port}")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert findings.problem is not None
+    assert findings.problem.endswith("not HTTP/2: it speaks HTTP/1.x"), findings.problem
+    assert "frame of" not in findings.problem
