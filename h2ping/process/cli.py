@@ -231,6 +231,8 @@ async def _serve_until_stopped(
         lifecycle.info("admin endpoint on %s: /healthz /readyz /metrics", proxy.admin.address)
     if started is not None:
         started()
+    # After the ready line and file, which launchers wait for: a dial never delays them.
+    proxy.warm_up()
     await stopping.wait()
     await proxy.stop()
     lifecycle.info("stopped: %s", proxy.summary())

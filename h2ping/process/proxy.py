@@ -15,6 +15,7 @@ import socket
 import ssl
 from typing import TYPE_CHECKING, Any
 
+from .. import errors
 from ..config import Config, HostPort, parse_listen, parse_upstream
 from ..errors import AccessLogError, BindError, UpstreamError
 from ..forward.exchange import Exchange, ExchangeContext
@@ -44,6 +45,20 @@ log = logging.getLogger("h2ping")
 #: (it caps the number at net.core.somaxconn). Clients wait there while the
 #: process is at capacity, and a burst waits there to be accepted.
 LISTEN_BACKLOG = 65535
+
+
+#: A dial at start that failed, in plain words, by its Proxy-Status error type.
+_START_FAILURES = {
+    errors.DNS_ERROR: "its name was not found",
+    errors.CONNECTION_REFUSED: "nothing accepts connections there",
+    errors.CONNECTION_TIMEOUT: "it did not answer in time",
+    errors.DESTINATION_UNAVAILABLE: "it cannot be reached",
+    errors.CONNECTION_TERMINATED: "it closed the connection",
+    errors.TLS_CERTIFICATE_ERROR: "its TLS certificate was not accepted",
+    errors.TLS_PROTOCOL_ERROR: "TLS with HTTP/2 could not be agreed",
+    errors.HTTP_PROTOCOL_ERROR: "it does not speak HTTP/2 as h2ping needs",
+    errors.CONNECTION_LIMIT_REACHED: "no file descriptor was free",
+}
 
 
 def bind_listener(listen: HostPort) -> socket.socket:
@@ -116,6 +131,7 @@ class Proxy:
         self.lag: LagMonitor | None = None  # with config.loop_lag_interval, once started
         self.access_log: AccessLog | None = None  # with config.access_log, once started
         self._answering: asyncio.BaseTransport | None = None  # worker 1's questions to us
+        self._warming: asyncio.Task[None] | None = None  # the dial at start (warm_up)
         self.port = 0
         self._address: tuple[Any, ...] = ()
 
@@ -233,6 +249,32 @@ class Proxy:
             await admin.start()  # raises AdminListenError, an OSError
             self.admin = admin
 
+    def warm_up(self) -> None:
+        """Open an upstream connection now, in the background: the first request
+        finds it open, and an upstream that cannot be reached is told at start, in
+        one WARNING with what to try, not by the first request's 502."""
+        if self._warming is None and self.pool is not None:
+            self._warming = asyncio.get_running_loop().create_task(self._dial_at_start())
+
+    async def _dial_at_start(self) -> None:
+        assert self.pool is not None  # warm_up checked
+        try:
+            slot = await self.pool.acquire()
+        except UpstreamError as exc:
+            upstream = self.config.upstream.display
+            log.warning(
+                "upstream %s cannot be reached at start: %s (%s); requests get 502 until "
+                "it can be; to see why: h2ping check -upstream %s",
+                upstream,
+                _START_FAILURES.get(exc.error, "it cannot be used"),
+                exc,
+                upstream,
+            )
+            return
+        finally:
+            self._warming = None
+        slot.release()  # the connection stays for the first request (idle-conn-timeout)
+
     def reopen_logs(self) -> None:
         """Open the access log's file again before its next line (SIGHUP, after rotation)."""
         if self.access_log is not None:
@@ -299,6 +341,8 @@ class Proxy:
         self._draining = True
         if self.lag is not None:
             self.lag.stop()
+        if self._warming is not None:
+            self._warming.cancel()
         if self._acceptor is not None:
             self._acceptor.close()
         loop = asyncio.get_running_loop()

@@ -135,10 +135,12 @@ async def test_process_logs_json_lines(session: aiohttp.ClientSession) -> None:
     events = [obj["event"] for obj in lines]
     assert events[0].startswith(f"listening on 127.0.0.1:{port} -> https://127.0.0.1:")
     assert events[-1].startswith("stopped: requests=1 completed=0 failed=1")
-    # The failed connect is one line: the request's, naming the connection and the cause.
-    [failed] = [obj for obj in lines if obj["level"] == "WARNING"]
-    assert failed["event"].startswith("GET /v1/models conn=1: 502 connection_refused: ")
-    assert (failed["conn"], failed["cause"]) == (1, "connection_refused")
+    # The dial at start is told once; each failed request is one line of its own,
+    # naming the connection and the cause.
+    start, failed = [obj for obj in lines if obj["level"] == "WARNING"]
+    assert "cannot be reached at start: nothing accepts connections there" in start["event"]
+    assert failed["event"].startswith("GET /v1/models conn=2: 502 connection_refused: ")
+    assert (failed["conn"], failed["cause"]) == (2, "connection_refused")
 
 
 async def test_event_loop_errors_are_logged_in_our_format(caplog: pytest.LogCaptureFixture) -> None:
