@@ -3,6 +3,11 @@
 Starts a local HTTP/2 server (h2c, prior knowledge) and h2ping in front of it, then
 sends plain HTTP/1.1 requests the way an aiohttp client would and prints what came
 back: status, the upstream's view of the request, and that the bytes round-tripped.
+
+``--serve`` starts only the server, over TLS, and keeps it up until Ctrl-C: an
+upstream to try h2ping, ``h2ping check`` and curl against. Its certificate (for
+``localhost`` and ``127.0.0.1``, valid until 2126) and the CA that signed it ship
+in ``demo_tls/``: they protect nothing, and serve nothing but this demo.
 """
 
 from __future__ import annotations
@@ -10,17 +15,29 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import shutil
+import signal
+import ssl
 import sys
 import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 from .process.proxy import Proxy
 from .testing import ScriptedRequest, ScriptedUpstream
+
+#: The demo server's certificate, key and CA (see the module).
+TLS_FILES = Path(__file__).resolve().parent / "demo_tls"
+SERVE_PORT = 8443
+CA_COPY = "h2ping-demo-ca.pem"  # written where --serve starts, for -ca-file
 
 
 async def _upstream_handler(request: ScriptedRequest) -> None:
     body = await request.body()
     if request.path.startswith("/slow"):
-        await asyncio.sleep(1.5)  # a model that thinks before its first byte
+        # A model that thinks before its first byte: /slow?s=400 outlasts an idle cut.
+        seconds = parse_qs(urlsplit(request.path).query).get("s", ["1.5"])[0]
+        await asyncio.sleep(float(seconds) if seconds.replace(".", "", 1).isdigit() else 1.5)
     if request.path.startswith("/stream"):
         await request.send_headers(200, [("content-type", "text/event-stream")])
         for i in range(3):
@@ -99,12 +116,42 @@ async def run_demo() -> int:
     return 0
 
 
-USAGE = """Usage: python -m h2ping.demo
+async def serve(port: int) -> int:
+    """The demo upstream over TLS until SIGINT or SIGTERM; its CA copied beside us."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(TLS_FILES / "server.pem", TLS_FILES / "server.key")
+    shutil.copyfile(TLS_FILES / "ca.pem", CA_COPY)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        async with ScriptedUpstream(_upstream_handler, ssl_context=context, port=port) as up:
+            print(f"demo upstream: {up.url} (HTTP/2 over TLS)", flush=True)
+            print("  GET /slow?s=N answers after N seconds, /stream sends tokens as", flush=True)
+            print("  server-sent events, anything else echoes what it got", flush=True)
+            print(
+                f"  its CA is in {CA_COPY}: pass -ca-file {CA_COPY}; stop with Ctrl-C", flush=True
+            )
+            await stop.wait()
+    except OSError as exc:
+        print(
+            f"python -m h2ping.demo: cannot serve on port {port}: {exc.strerror}", file=sys.stderr
+        )
+        return 1
+    return 0
+
+
+USAGE = """Usage: python -m h2ping.demo [--serve [--port N]]
 
 Starts an embedded HTTP/2 upstream (h2c, no network needed) and h2ping in front of
 it on 127.0.0.1, sends four HTTP/1.1 requests through (a GET, a 1 MiB POST, a
 streamed response and a slow request that h2ping keeps alive with PINGs), prints
-what came back and the proxy's counters, then stops. It takes no arguments.
+what came back and the proxy's counters, then stops.
+
+With --serve it starts only the upstream, over TLS on 127.0.0.1:8443 (--port N
+for another), writes its CA to h2ping-demo-ca.pem here, and serves until Ctrl-C:
+run h2ping, curl and h2ping check against it.
 """
 
 
@@ -113,15 +160,25 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] in ("-h", "-help", "--help"):
         print(USAGE, end="")
         return 0
-    if args:
-        print(f"python -m h2ping.demo: unexpected argument {args[0]!r}", file=sys.stderr)
-        print(USAGE, end="", file=sys.stderr)
-        return 2
+    port = SERVE_PORT
+    if args[:1] == ["--serve"] and args[1:2] == ["--port"] and len(args) == 3:
+        if not (args[2].isdigit() and 0 < int(args[2]) < 65536):
+            return _usage_error(f"--port wants a number from 1 to 65535, not {args[2]!r}")
+        port, args = int(args[2]), ["--serve"]
+    if args not in ([], ["--serve"]):
+        return _usage_error(f"unexpected argument {args[1 if args[0] == '--serve' else 0]!r}")
+    job = serve(port) if args else run_demo()
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(run_demo())
-    return uvloop.run(run_demo())
+        return asyncio.run(job)
+    return uvloop.run(job)
+
+
+def _usage_error(message: str) -> int:
+    print(f"python -m h2ping.demo: {message}", file=sys.stderr)
+    print(USAGE, end="", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
