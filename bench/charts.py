@@ -38,11 +38,16 @@ INSTALL_HINT = "pip install -e '.[bench]'"
 # Peers without a proxy (as in peers.py): the floor every proxy adds to, not a peer
 # to compare a proxy with, so the charts leave them out.
 DIRECT = ("direct", "direct-h1")
-# Colour-blind-safe (Okabe-Ito): met, not met, n/a.
-COLOURS = {"met": "#009E73", "not met": "#D55E00", "n/a": "#999999"}
+# Colour-blind-safe (Okabe-Ito), by how h2ping compares with Go (not by the goal,
+# which is a mark of its own): better, worse, not compared.
+COLOURS = {"better": "#009E73", "worse": "#D55E00", "n/a": "#999999"}
+LEGEND = {"better": "better than Go", "worse": "worse than Go"}
 # One marker per other peer, Go's own for the rows judged against h2ping's own figure.
 MARKERS = {"go": "s", "nghttpx": "D", "baseline": "^"}
 OTHER_MARKER = "o"
+#: A goal mark this close beyond a bar's end (a factor, on the log axis) takes the
+#: bar's label past it.
+GOAL_NEAR = 1.6
 
 
 @dataclass
@@ -81,6 +86,35 @@ class ChartRow:
     others: list[Peer] = field(default_factory=list)
     own: bool = False
     not_run: bool = False  # its scenario was not part of the run
+    higher_better: bool = True  # the goal asks for more (req/s), not less (latency)
+
+    def better(self, ratio: float | None) -> float | None:
+        """``ratio`` drawn so that further right (or up) is better on every row:
+        as it is where more is better, its inverse where less is."""
+        if ratio is None or ratio <= 0:
+            return None
+        return ratio if self.higher_better else 1 / ratio
+
+    @property
+    def against_go(self) -> str:
+        """better, worse or n/a: h2ping's ratio against Go's, whatever the goal says.
+        For a row against h2ping's own figure, Go's same ratio is the one to beat."""
+        mine = self.better(self.ratio)
+        if mine is None or self.status == "n/a":
+            return "n/a"
+        theirs = self.go_drawn
+        if theirs is None:
+            return "n/a"
+        return "better" if mine >= theirs else "worse"
+
+    @property
+    def go_drawn(self) -> float | None:
+        """Where Go stands on the row's axis: 1x (even), or on a row against
+        h2ping's own figure, Go's same ratio (None when Go has none)."""
+        if not self.own:
+            return 1.0
+        go = next((p for p in self.others if p.name == "go" and p.base is not None), None)
+        return self.better(go.ratio) if go is not None else None
 
 
 def chart_rows(rows: list[dict[str, Any]], scenarios: dict[str, Any]) -> list[ChartRow]:
@@ -110,6 +144,7 @@ def _chart_row(row: dict[str, Any], goal: goals.Goal | None, scenarios: dict[str
     if goal is None:
         return chart
     chart.fmt, chart.unit = goal.fmt, goal.unit
+    chart.higher_better = goal.op in (">", ">=")
     if not goal.difference:
         chart.goal_ratio = goal.threshold
     elif base:
@@ -254,10 +289,13 @@ def _log_ratio_axis(ax: Axes, values: Sequence[float | None], axis: str = "x") -
 
 
 def draw_run(rows: list[ChartRow], info: RunInfo, out: Path, png: bool = False) -> list[Path]:
-    """One run: per goal row a bar from 1x (parity) to h2ping's ratio, log scale,
-    coloured by the verdict, a black mark at the goal, the other peers as markers;
-    beside it, the figures. Rows of scenarios the run left out are left out too.
-    Returns the files written: none when no row's scenario was run."""
+    """One run: per goal row a bar from Go to h2ping on a scale where right is better
+    on every row (a ratio where more is better, its inverse where less is; Go at 1x,
+    or on a row against h2ping's own figure at Go's same ratio), log scale, coloured
+    by better or worse than Go; the goal a black mark of its own; the other peers
+    as markers above the bar, clear of its label; beside it, the figures and the
+    verdict. Rows of scenarios the run left
+    out are left out too. Returns the files written: none when no row was run."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.transforms import blended_transform_factory
@@ -274,35 +312,36 @@ def draw_run(rows: list[ChartRow], info: RunInfo, out: Path, png: bool = False) 
     ys = list(range(n))
     values: list[float | None] = []
     for y, row in zip(ys, rows, strict=True):
-        colour = COLOURS.get(row.status, COLOURS["n/a"])
-        values += [row.ratio, row.goal_ratio, *(p.ratio for p in row.others)]
-        if row.ratio is not None:
-            low, high = sorted((1.0, row.ratio))
+        drawn, goal = row.better(row.ratio), row.better(row.goal_ratio)
+        colour = COLOURS[row.against_go]
+        values += [drawn, goal, *(row.better(p.ratio) for p in row.others)]
+        if drawn is not None:
+            # From Go's place to h2ping's: its length is the ratio to Go on every row.
+            low, high = sorted((row.go_drawn or 1.0, drawn))
             bars_ax.barh(
                 y,
                 high - low,
                 left=low,
-                height=0.6,
+                height=0.5,
                 color=colour,
                 hatch="//" if row.status == "n/a" else None,
                 edgecolor="white" if row.status == "n/a" else colour,
                 linewidth=0,
             )
-            # The label past the bar's far end, clear of the goal mark.
-            label = f"{row.ratio:.2f}x" + (" n/a" if row.status == "n/a" else "")
-            side = "left" if row.ratio >= 1 else "right"
-            end = row.ratio
-            if row.goal_ratio is not None and (row.goal_ratio > end) == (side == "left"):
-                end = row.goal_ratio
+            # The label past the bar's far end, and past the goal mark beyond it.
+            side = "left" if drawn >= (row.go_drawn or 1.0) else "right"
+            end = drawn
+            near = goal is not None and max(goal, end) / min(goal, end) < GOAL_NEAR
+            if near and goal is not None and (goal > end) == (side == "left"):
+                end = goal  # a label on the goal mark would hide it
             bars_ax.annotate(
-                label,
+                f"{drawn:.2f}x" + (" n/a" if row.status == "n/a" else ""),
                 (end, y),
-                xytext=(5 if side == "left" else -5, 0),
+                xytext=(6 if side == "left" else -6, 0),
                 textcoords="offset points",
                 ha=side,
                 va="center",
                 fontsize=8,
-                bbox={"facecolor": "white", "alpha": 0.75, "edgecolor": "none", "pad": 0.5},
             )
         else:
             bars_ax.annotate(
@@ -314,19 +353,20 @@ def draw_run(rows: list[ChartRow], info: RunInfo, out: Path, png: bool = False) 
                 fontsize=8,
                 color=COLOURS["n/a"],
             )
-        if row.goal_ratio is not None:
-            bars_ax.vlines(row.goal_ratio, y - 0.42, y + 0.42, color="black", linewidth=2.2)
+        if goal is not None:
+            bars_ax.vlines(goal, y - 0.32, y + 0.32, color="black", linewidth=2.2)
         for peer in row.others:
-            if peer.marked and peer.ratio is not None and peer.ratio > 0:
+            shown = row.better(peer.ratio)
+            if peer.marked and shown is not None:
                 bars_ax.plot(
-                    peer.ratio,
-                    y,
+                    shown,
+                    y - 0.36,  # above the bar: never on the bar's label
                     marker=MARKERS.get(peer.name, OTHER_MARKER),
-                    markersize=5,
+                    markersize=4.5,
                     markerfacecolor="white",
                     markeredgecolor="#333333",
                     linestyle="none",
-                    zorder=5,  # over the ratio's label
+                    zorder=5,
                 )
         first, second = describe(row)
         bars_ax.text(
@@ -339,15 +379,19 @@ def draw_run(rows: list[ChartRow], info: RunInfo, out: Path, png: bool = False) 
     _log_ratio_axis(bars_ax, values)
     bars_ax.axvline(1.0, color="#555555", linewidth=0.8, linestyle=":")
     bars_ax.set_yticks(ys, [row.name + (" *" if row.own else "") for row in rows])
-    bars_ax.set_ylim(n - 0.5, -0.5)  # first row on top
+    bars_ax.set_ylim(n - 0.5, -0.6)  # first row on top
     bars_ax.grid(axis="x", color="#dddddd", linewidth=0.6)
     bars_ax.set_axisbelow(True)
-    bars_ax.set_xlabel("h2ping / Go (* h2ping / its own base figure), log scale")
+    bars_ax.set_xlabel(
+        "times better than Go, right is better (log scale): h2ping / Go where more is "
+        "better, Go / h2ping where less is\nbars start at Go; on * rows at Go's own ratio "
+        "(the square), h2ping's own figure against its own base"
+    )
 
     peers_seen = sorted(
         {p.name for row in rows for p in row.others if p.marked and p.ratio is not None}
     )
-    handles: list[Artist] = [Patch(color=COLOURS[s], label=s) for s in ("met", "not met")]
+    handles: list[Artist] = [Patch(color=COLOURS[s], label=LEGEND[s]) for s in LEGEND]
     handles.append(Patch(facecolor=COLOURS["n/a"], hatch="//", edgecolor="white", label="n/a"))
     handles.append(Line2D([], [], color="black", linewidth=2.2, label="goal"))
     handles += [
@@ -358,7 +402,7 @@ def draw_run(rows: list[ChartRow], info: RunInfo, out: Path, png: bool = False) 
             markerfacecolor="white",
             markeredgecolor="#333333",
             linestyle="none",
-            label=("Go's own ratio (* rows)" if name == "go" else f"h2ping / {name}"),
+            label=("Go's own ratio (* rows)" if name == "go" else f"against {name}"),
         )
         for name in peers_seen
     ]
@@ -418,8 +462,9 @@ def history_rows(runs: list[recorded.RecordedRun]) -> list[HistoryRow]:
 
 
 def draw_history(runs: list[recorded.RecordedRun], out: Path, png: bool = False) -> list[Path]:
-    """One small chart per goal row: h2ping's ratio in each run (x: the runs, oldest
-    first), coloured by its verdict, and the goal as a dashed line."""
+    """One small chart per goal row: how much better than Go h2ping was in each run
+    (x: the runs, oldest first; up is better, as in the run chart), coloured by
+    better or worse than Go, and the goal as a dashed line."""
     from matplotlib.lines import Line2D
 
     rows = history_rows(runs)
@@ -434,31 +479,34 @@ def draw_history(runs: list[recorded.RecordedRun], out: Path, png: bool = False)
     ]
     for ax, row in zip(axes.flat, rows, strict=False):
         present = [(x, p) for x, p in zip(xs, row.points, strict=True) if p is not None]
-        goal_points = [(x, p.goal_ratio) for x, p in present if p.goal_ratio is not None]
+        goal_points = [
+            (x, goal) for x, p in present if (goal := p.better(p.goal_ratio)) is not None
+        ]
         if goal_points:
             gx, gy = zip(*goal_points, strict=True)
             ax.plot(gx, gy, color="black", linestyle="--", linewidth=1.2, marker="_")
         ax.axhline(1.0, color="#555555", linewidth=0.8, linestyle=":")
         if present:
             px = [x for x, _ in present]
-            py = [p.ratio for _, p in present]
+            py = [p.better(p.ratio) for _, p in present]
             ax.plot(px, py, color="#444444", linewidth=1.2)
             for x, p in present:
-                assert p.ratio is not None
-                judged = p.status != "n/a"
+                drawn = p.better(p.ratio)
+                assert drawn is not None
+                judged = p.against_go != "n/a"
                 ax.plot(
                     x,
-                    p.ratio,
+                    drawn,
                     marker="o",
                     markersize=7,
-                    markerfacecolor=COLOURS.get(p.status, COLOURS["n/a"]) if judged else "white",
-                    markeredgecolor=COLOURS.get(p.status, COLOURS["n/a"]),
+                    markerfacecolor=COLOURS[p.against_go] if judged else "white",
+                    markeredgecolor=COLOURS[p.against_go],
                     markeredgewidth=1.5,
                     linestyle="none",
                 )
                 ax.annotate(
-                    f"{p.ratio:.2f}",
-                    (x, p.ratio),
+                    f"{drawn:.2f}",
+                    (x, drawn),
                     xytext=(0, 7),
                     textcoords="offset points",
                     ha="center",
@@ -470,7 +518,9 @@ def draw_history(runs: list[recorded.RecordedRun], out: Path, png: bool = False)
             + (f"; in {len(present)} of {len(runs)} runs" if missing else ""),
             fontsize=8.5,
         )
-        _log_ratio_axis(ax, [p.ratio for _, p in present] + [g for _, g in goal_points], "y")
+        _log_ratio_axis(
+            ax, [p.better(p.ratio) for _, p in present] + [g for _, g in goal_points], "y"
+        )
         ax.set_xlim(-0.5, len(runs) - 0.5)
         ax.set_xticks(xs, labels, fontsize=7)
         ax.grid(axis="y", color="#dddddd", linewidth=0.6)
@@ -478,8 +528,8 @@ def draw_history(runs: list[recorded.RecordedRun], out: Path, png: bool = False)
     for ax in list(axes.flat)[len(rows) :]:
         ax.set_axis_off()
     handles = [
-        Line2D([], [], marker="o", color=COLOURS[s], linestyle="none", label=s)
-        for s in ("met", "not met")
+        Line2D([], [], marker="o", color=COLOURS[s], linestyle="none", label=LEGEND[s])
+        for s in LEGEND
     ]
     handles.append(
         Line2D(
@@ -489,14 +539,14 @@ def draw_history(runs: list[recorded.RecordedRun], out: Path, png: bool = False)
             markerfacecolor="white",
             markeredgecolor=COLOURS["n/a"],
             linestyle="none",
-            label="n/a (the figures shown, not judged)",
+            label="n/a (not compared with Go)",
         )
     )
     handles.append(Line2D([], [], color="black", linestyle="--", label="goal"))
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), frameon=False)
     fig.suptitle(
-        "h2ping / Go per goal row (* its own base figure) across the recorded runs, "
-        "judged against today's goals; log scale",
+        "times better than Go per goal row, up is better (* rows: h2ping's own ratio "
+        "against Go's) across the recorded runs, against today's goals; log scale",
         fontsize=11,
     )
     return _save(fig, out, png)
