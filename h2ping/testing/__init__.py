@@ -9,10 +9,14 @@
 
 Both relays take ``throttle`` (bytes per second from upstream to client).
 
+- :class:`DelayLink`: a relay that delays each direction by half a round trip (and
+  caps its rate, if asked): a link tens of milliseconds long, on loopback.
+
 - :class:`RawUpstream`: writes whatever frames a test scripts, valid or not, for
   protocol violations and floods that the ``h2`` library refuses to produce.
 """
 
+from .link import DelayLink
 from .raw import RawPeer, RawUpstream
 from .relays import BlackholeRelay, IdleCutRelay, Relay
 from .upstream import (
@@ -26,6 +30,7 @@ from .upstream import (
 
 __all__ = [
     "BlackholeRelay",
+    "DelayLink",
     "Handler",
     "IdleCutRelay",
     "RawPeer",
