@@ -177,15 +177,19 @@ class Pool:
         self._wake()
 
     def _on_conn_age(self, conn: UpstreamConnection) -> None:
-        """Retire a connection at its age limit. While it carries requests or some
-        wait, the successor opens first, so no request waits for a handshake it
-        would not have needed; the old one stops taking streams once that is up.
-        An idle one closes at once, and the next request opens a connection."""
+        """Retire a connection at its age limit. If it was used, the successor opens
+        first, busy or idle, so that no request waits for a handshake it would not
+        have needed (a request a moment after an idle one closed would); the old
+        one stops taking streams once that is up. One never used (a successor no
+        request came to) closes at once, and nothing replaces it: an idle proxy
+        ends with no connection."""
         if conn.state is not ConnState.OPEN:
             return
-        if not conn.busy and not self._waiters:
+        if not conn.busy and not self._waiters and not conn.answered:
             self._stats.connection_retired()
-            log.info("conn=%d reached its age limit (%.1fs) idle: closing", conn.id, conn.age_limit)
+            log.info(
+                "conn=%d reached its age limit (%.1fs) unused: closing", conn.id, conn.age_limit
+            )
             conn.retire("max-conn-age")
             return
         log.info(

@@ -132,18 +132,27 @@ async def test_readiness_opens_a_connection_that_then_idles_out(tls: TLSFiles) -
 # --------------------------------------------------------------------- max-conn-age
 
 
-async def test_a_retired_connection_with_no_streams_closes_at_once_without_a_successor(
+async def test_an_idle_connection_at_its_age_is_replaced_before_it_closes(
     tls: TLSFiles, session: aiohttp.ClientSession
 ) -> None:
-    async with proxy_before(tls, echo_digest, max_conn_age=0.4, idle_conn_timeout=0) as (up, proxy):
+    """The successor is up before the old one goes, so the next request waits for
+    no handshake; a successor no request comes to closes at its own age with none
+    after it, and an idle proxy holds no connection."""
+    async with proxy_before(tls, echo_digest, max_conn_age=0.4, idle_conn_timeout=0.6) as (
+        up,
+        proxy,
+    ):
         await post_ok(session, proxy, "/a", b"a")
         await up.wait_for(lambda: up.connections[0].closed)
         assert up.connections[0].goaway_received == ErrorCodes.NO_ERROR
-        await asyncio.sleep(0.2)  # silence: half an age more, and no successor comes
-        assert len(up.connections) == 1, "a successor was opened for an idle proxy"
-        assert pool_states(proxy) == [] and proxy.stats.retired == 1
-        await post_ok(session, proxy, "/b", b"b")
+        assert len(up.connections) == 2 and not up.connections[1].closed  # before the close
+        assert proxy.stats.retired == 1
+        await post_ok(session, proxy, "/b", b"b")  # on the successor
         assert len(up.connections) == 2
+        await up.wait_for(lambda: all(conn.closed for conn in up.connections), timeout=5)
+        count = len(up.connections)
+        await asyncio.sleep(0.5)  # more than an age: none opens
+        assert len(up.connections) == count and pool_states(proxy) == []
 
 
 async def test_max_conn_age_moves_new_requests_while_a_slow_one_finishes_on_the_old(
@@ -175,7 +184,8 @@ async def test_max_conn_age_moves_new_requests_while_a_slow_one_finishes_on_the_
         await up.wait_for(lambda: first.closed)
         assert first.goaway_received == ErrorCodes.NO_ERROR
         assert sum(len(c.requests) for c in up.connections[1:]) == 5
-        # Nothing in flight: every connection retires at its age and none replaces it.
+        # Nothing in flight: the used ones get a successor, which, never used, retires
+        # at its own age with none after it.
         await up.wait_for(lambda: open_at_origin(up) == [])
         count = len(up.connections)
         await asyncio.sleep(0.5)  # silence: more than an age passes, and none opens

@@ -283,7 +283,25 @@ async def test_a_draining_connection_makes_waiters_dial() -> None:
         assert waiter.done() and waiter.result().conn.id == 2
 
 
-async def test_an_idle_connection_at_its_age_closes_without_a_successor() -> None:
+async def test_an_idle_connection_at_its_age_gets_its_successor_first_too() -> None:
+    """The next request, a moment later, finds the successor open: it waits for no
+    handshake."""
+    async with open_pool() as (dialer, pool):
+        (await pool.acquire()).release()
+        conn = dialer.conns[0]
+        conn.answered = 1  # it carried a request: more may come
+        dialer.gate = asyncio.Event()
+        conn.on_age(conn)
+        await settle()
+        assert dialer.attempts == 2 and conn.retired_for == ""  # open until then
+        dialer.gate.set()
+        await settle()
+        assert conn.retired_for == "max-conn-age" and conn.state is ConnState.CLOSED
+        slot = pool.try_acquire()
+        assert slot is not None and slot.conn.id == 2
+
+
+async def test_a_connection_never_used_closes_at_its_age_without_a_successor() -> None:
     async with open_pool() as (dialer, pool):
         (await pool.acquire()).release()
         conn = dialer.conns[0]
@@ -291,8 +309,6 @@ async def test_an_idle_connection_at_its_age_closes_without_a_successor() -> Non
         await settle()
         assert conn.retired_for == "max-conn-age" and conn.state is ConnState.CLOSED
         assert dialer.attempts == 1 and pool.connections == []
-        slot = await pool.acquire()  # the next request opens a connection
-        assert slot.conn.id == 2
 
 
 async def test_a_busy_connection_at_its_age_gets_its_successor_first() -> None:
