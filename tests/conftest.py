@@ -30,6 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import h2ping
 from h2ping import Proxy
+from h2ping.testing import ScriptedRequest
 
 from . import procguard
 
@@ -366,3 +367,19 @@ def close_with_reset(sock: socket.socket, timeout: float = 5.0) -> None:
         time.sleep(0.001)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
+
+
+async def held_a_second(request: ScriptedRequest) -> None:
+    """A scripted upstream's handler: answers ``ok`` a second after the request, so
+    that many requests are in flight at once."""
+    await request.body()
+    await asyncio.sleep(1.0)
+    await request.respond(200, [("content-length", "2")], b"ok")
+
+
+async def one_request_alone(url: str) -> tuple[int, str]:
+    """GET ``url`` on a connection of its own, as a client without a pool does."""
+    connector = aiohttp.TCPConnector(force_close=True)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as resp:
+            return resp.status, await resp.text()

@@ -16,20 +16,18 @@ import sys
 import time
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from h2ping.process.descriptors import DescriptorWatch, is_shortage
 from h2ping.stats import Stats
 from h2ping.testing import ScriptedUpstream
-from h2ping.testing.upstream import ScriptedRequest
 
-from ..conftest import free_port
+from ..conftest import free_port, held_a_second, one_request_alone
 from ..launcher import launch
 
 LIMIT = 200
 CLIENTS = 2 * LIMIT
-HOLD = 1.0  # seconds each response is held upstream
+HOLD = 1.0  # seconds each response is held upstream (held_a_second)
 #: Without uvloop, ``python -m h2ping`` runs on asyncio's own loop.
 ON_ASYNCIO = "import sys; sys.modules['uvloop'] = None; from h2ping.process.cli import main; main()"
 
@@ -44,26 +42,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def held(request: ScriptedRequest) -> None:
-    await request.body()
-    await asyncio.sleep(HOLD)
-    await request.respond(200, [("content-length", "2")], b"ok")
-
-
-async def one_request(url: str) -> tuple[int, str]:
-    """One request on a connection of its own, as a client with no pool sends it."""
-    connector = aiohttp.TCPConnector(force_close=True)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as resp:
-            return resp.status, await resp.text()
-
-
 @pytest.mark.one_loop  # the proxy's own loop is the parameter
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 async def test_twice_as_many_clients_as_descriptors_are_all_answered(
     tmp_path: Path, loop: str
 ) -> None:
-    async with ScriptedUpstream(held) as upstream:
+    async with ScriptedUpstream(held_a_second) as upstream:
         port = free_port()
         program = ["-m", "h2ping"] if loop == "uvloop" else ["-c", ON_ASYNCIO]
         command = [sys.executable, *program, "--listen", f"127.0.0.1:{port}"]
@@ -76,7 +60,7 @@ async def test_twice_as_many_clients_as_descriptors_are_all_answered(
             url = f"http://127.0.0.1:{port}/x"
             started = time.monotonic()
             before = cpu_seconds(proxy.pid)
-            answers = await asyncio.gather(*(one_request(url) for _ in range(CLIENTS)))
+            answers = await asyncio.gather(*(one_request_alone(url) for _ in range(CLIENTS)))
             took = time.monotonic() - started
             spent = cpu_seconds(proxy.pid) - before
         finally:

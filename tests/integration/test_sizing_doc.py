@@ -14,9 +14,8 @@ import pytest
 
 from h2ping.process.descriptors import SPARE_FOR_OTHERS, ClientCapacity
 from h2ping.testing import ScriptedUpstream
-from h2ping.testing.upstream import ScriptedRequest
 
-from ..conftest import REPO_ROOT, free_port, scrape_metrics
+from ..conftest import REPO_ROOT, free_port, held_a_second, one_request_alone, scrape_metrics
 from ..launcher import launch
 
 PAGE = REPO_ROOT / "docs" / "sizing.md"
@@ -55,23 +54,11 @@ def quoted(start: str) -> str:
 
 @pytest.mark.one_loop
 async def test_the_quoted_lines_are_those_written(tmp_path: Path) -> None:
-    async def held(request: ScriptedRequest) -> None:
-        await request.body()
-        await asyncio.sleep(1.0)
-        await request.respond(200, [("content-length", "2")], b"ok")
-
-    async def one(url: str) -> int:
-        connector = aiohttp.TCPConnector(force_close=True)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            async with session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as resp:
-                await resp.read()
-                return resp.status
-
     def low_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT))
 
     port, admin = free_port(), free_port()
-    async with ScriptedUpstream(held) as upstream:
+    async with ScriptedUpstream(held_a_second) as upstream:
         command = [sys.executable, "-m", "h2ping", "--listen", f"127.0.0.1:{port}"]
         command += ["--upstream", upstream.url, "--admin-listen", f"127.0.0.1:{admin}"]
         command += ["--ready-file", str(tmp_path / "ready")]
@@ -81,12 +68,12 @@ async def test_the_quoted_lines_are_those_written(tmp_path: Path) -> None:
         try:
             async with aiohttp.ClientSession() as session:
                 metrics = await scrape_metrics(session, f"http://127.0.0.1:{admin}/metrics")
-            statuses = await asyncio.gather(
-                *(one(f"http://127.0.0.1:{port}/x") for _ in range(2 * LIMIT))
+            answers = await asyncio.gather(
+                *(one_request_alone(f"http://127.0.0.1:{port}/x") for _ in range(2 * LIMIT))
             )
         finally:
             await proxy.terminate()
-    assert statuses == [200] * (2 * LIMIT)
+    assert answers == [(200, "ok")] * (2 * LIMIT)
     lines = proxy.log_text().splitlines()
     (capacity,) = [line for line in lines if ": capacity: " in line]
     (full,) = [line for line in lines if ": at capacity: " in line]

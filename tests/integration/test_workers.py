@@ -21,9 +21,15 @@ from h2ping.process.proxy import bind_listener
 from h2ping.process.siblings import Links
 from h2ping.process.workers import RunOne, run_workers
 from h2ping.testing import ScriptedUpstream
-from h2ping.testing.upstream import ScriptedRequest
 
-from ..conftest import assert_not_accepting, free_port, scrape_metrics, wait_for_port
+from ..conftest import (
+    assert_not_accepting,
+    free_port,
+    held_a_second,
+    one_request_alone,
+    scrape_metrics,
+    wait_for_port,
+)
 from ..launcher import (
     H2PING_SIDECAR,
     StartFailed,
@@ -413,33 +419,21 @@ async def test_a_burst_is_shared_so_no_worker_runs_out(tmp_path: Path) -> None:
     out of descriptors, and every request is answered."""
     import resource
 
-    async def held(request: ScriptedRequest) -> None:
-        await request.body()
-        await asyncio.sleep(1.0)
-        await request.respond(200, [("content-length", "2")], b"ok")
-
     def low_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (BURST_LIMIT, BURST_LIMIT))
 
-    async def one(url: str) -> int:
-        connector = aiohttp.TCPConnector(force_close=True)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            async with session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as resp:
-                await resp.read()
-                return resp.status
-
     ready = tmp_path / "w.ready"
     port = free_port()
-    async with ScriptedUpstream(held) as up:
+    async with ScriptedUpstream(held_a_second) as up:
         async with running(
             [H2PING_SIDECAR, *worker_flags(port, up.url, ready)],
             log=tmp_path / "w.log", ready_file=ready, preexec_fn=low_limit,
         ) as launched:  # fmt: skip
             url = f"http://127.0.0.1:{port}/burst"
-            statuses = await asyncio.gather(*(one(url) for _ in range(BURST_CLIENTS)))
+            answers = await asyncio.gather(*(one_request_alone(url) for _ in range(BURST_CLIENTS)))
             assert await launched.terminate() == 0
             text = launched.log_text()
-    assert statuses == [200] * BURST_CLIENTS, text[-3000:]
+    assert answers == [(200, "ok")] * BURST_CLIENTS, text[-3000:]
     assert "out of file descriptors" not in text and "Traceback" not in text, text
     capacities = [int(line.split(": capacity: ")[1].split()[0]) for line in text.splitlines()
                   if ": capacity: " in line]  # fmt: skip
