@@ -32,9 +32,9 @@ log = logging.getLogger("h2ping.listener")
 
 #: Connections taken per wake-up of the listening socket.
 ACCEPTS_PER_TURN = 16
-#: After an accept failed for want of a descriptor (or of kernel memory), the
-#: next try, unless a client leaves first.
-RETRY_AFTER_SHORTAGE = 0.5  # seconds
+#: After an accept failed (for want of a descriptor or of kernel memory, say), the
+#: next try, in seconds: a level-triggered reader would otherwise call again at once.
+RETRY_AFTER_SHORTAGE = 0.5
 _SHORTAGES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
@@ -160,10 +160,11 @@ class Acceptor:
             except ConnectionAbortedError:
                 continue  # the client left while queued
             except OSError as exc:
-                if exc.errno not in _SHORTAGES:
-                    log.error("accept failed: %s", exc)
-                    return
-                self._wait_out_shortage("accept")
+                if exc.errno in _SHORTAGES:
+                    self._on_shortage("accept")
+                else:  # not the client's doing: say so, and do not spin on it
+                    log.error("accept failed: %s; trying again shortly", exc)
+                self._pause_a_while()
                 return
             task = self._loop.create_task(self._start_client(conn))
             self._starting.add(task)
@@ -178,8 +179,7 @@ class Acceptor:
         if not self._starting and self.at_capacity and self._retry is None and self._room() <= 0:
             self._on_full()
 
-    def _wait_out_shortage(self, where: str) -> None:
-        self._on_shortage(where)
+    def _pause_a_while(self) -> None:
         self._stop_reading()
         self._retry = self._loop.call_later(RETRY_AFTER_SHORTAGE, self._retry_now)
 

@@ -165,3 +165,33 @@ def test_listen_queue_length() -> None:
             client.close()
     with socket.socket(socket.AF_UNIX) as unix:
         assert listen_queue_length(unix) is None
+
+
+async def test_another_accept_error_is_logged_once_not_spun_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(acceptor_module, "RETRY_AFTER_SHORTAGE", 0.2)
+    events = Events()
+    acceptor, clients, port = start(100, events)
+    real_accept = acceptor.sock.accept
+    calls = {"n": 0}
+
+    def accept() -> tuple[socket.socket, Any]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(errno.EPROTO, "Protocol error")
+        return real_accept()
+
+    monkeypatch.setattr(acceptor, "sock", _Wrapped(acceptor.sock, accept))
+    socks = connect(port, 1)
+    try:
+        await wait_until(lambda: calls["n"] >= 1)
+        await asyncio.sleep(0.05)
+        assert calls["n"] == 1 and not events.shortages  # paused: no spin, no shortage
+        await wait_until(lambda: len(clients) == 1)
+    finally:
+        acceptor.close()
+        for sock in socks:
+            sock.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors == ["accept failed: [Errno 71] Protocol error; trying again shortly"]
