@@ -103,6 +103,7 @@ class Stats:
     access_log_dropped: int = 0  # access-log lines lost: the writer fell behind, or failed
     descriptor_shortages: int = 0  # times no file descriptor was free (process.descriptors)
     accept_pauses: int = 0  # times accepting stopped at the client capacity (http1.acceptor)
+    tls_resumptions: int = 0  # upstream TLS handshakes that resumed an earlier session
     last_ping_rtt: float | None = None  # seconds, of the most recent acknowledged PING
     #: Responses sent to clients by status class ("2xx", "5xx", ...).
     responses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -190,6 +191,9 @@ class Stats:
 
     def accept_paused(self) -> None:
         self.accept_pauses += 1
+
+    def tls_resumed(self) -> None:
+        self.tls_resumptions += 1
 
     def snapshot(self, *, retry_buffer_bytes: int) -> Stats:
         """A copy as of now, with the gauge read from its owner: later traffic

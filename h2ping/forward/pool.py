@@ -19,6 +19,7 @@ from ..config import Config
 from ..errors import PROXY_INTERNAL_ERROR, UpstreamError
 from ..http2.dial import connect
 from ..http2.pingbackoff import PingBackoff
+from ..http2.tlslayer import SessionCache
 from ..http2.upstream import ConnState, StreamSlot, UpstreamConnection
 from ..logs import plural
 from ..stats import Stats
@@ -48,6 +49,7 @@ class Pool:
         self._closed = False
         self._answered_before = 0  # by connections no longer in the pool
         self._ping_backoff = PingBackoff(config.ping_interval, stats)  # new connections' PINGs
+        self._tls_sessions = SessionCache()  # the next connection resumes the latest
 
     @property
     def connections(self) -> list[UpstreamConnection]:
@@ -150,6 +152,7 @@ class Pool:
                 self._stats,
                 self._on_conn_age,
                 ping_backoff=self._ping_backoff,
+                tls_sessions=self._tls_sessions,
             )
         except Exception as exc:
             if not isinstance(exc, UpstreamError):  # a bug of ours: fail, never hang

@@ -19,7 +19,7 @@ from ..errors import UpstreamError
 from ..sockets import caused_by_shortage, nofile_limits, set_tcp_keepalive
 from ..stats import Stats
 from .pingbackoff import PingBackoff
-from .tlslayer import TLSLayer
+from .tlslayer import SessionCache, TLSLayer
 from .upstream import UpstreamConnection
 
 # OpenSSL's X509_V_ERR_* codes, as in SSLCertVerificationError.verify_code.
@@ -107,14 +107,16 @@ async def connect(
     stats: Stats,
     on_age: Callable[[UpstreamConnection], None] | None = None,
     ping_backoff: PingBackoff | None = None,
+    tls_sessions: SessionCache | None = None,
 ) -> UpstreamConnection:
-    """Open a connection and wait for the peer's SETTINGS (so we know its stream limit)."""
+    """Open a connection and wait for the peer's SETTINGS (so we know its stream limit);
+    with ``tls_sessions``, resume the latest TLS session and remember this one."""
     upstream = config.upstream
     timeout = config.connect_timeout
     protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age, ping_backoff)
     try:
         async with asyncio.timeout(timeout):
-            await _open(protocol, config, ssl_context)
+            await _open(protocol, config, ssl_context, tls_sessions, stats)
     except OSError as exc:  # TimeoutError and ssl.SSLError among them
         if isinstance(exc, TimeoutError):
             protocol.close("connect timeout")
@@ -152,7 +154,11 @@ def describe_connect_error(exc: OSError, upstream: Upstream, timeout: float) -> 
 
 
 async def _open(
-    protocol: UpstreamConnection, config: Config, ssl_context: ssl.SSLContext | None
+    protocol: UpstreamConnection,
+    config: Config,
+    ssl_context: ssl.SSLContext | None,
+    tls_sessions: SessionCache | None,
+    stats: Stats,
 ) -> None:
     """TCP, then TLS (h2ping's own layer, see :mod:`h2ping.http2.tlslayer`) with ALPN
     ``h2``, then the peer's SETTINGS; the socket is closed again if any step fails."""
@@ -161,9 +167,14 @@ async def _open(
     tcp: asyncio.Transport | None = None
     try:
         if ssl_context is not None and upstream.tls:
-            layer = TLSLayer(protocol, ssl_context, upstream.host)
+            session = tls_sessions.session() if tls_sessions is not None else None
+            layer = TLSLayer(protocol, ssl_context, upstream.host, session)
             tcp, _ = await loop.create_connection(lambda: layer, upstream.host, upstream.port)
             await layer.handshake
+            if layer.ssl_object.session_reused:
+                stats.tls_resumed()
+            if tls_sessions is not None:
+                tls_sessions.remember(layer.ssl_object)
             alpn = layer.ssl_object.selected_alpn_protocol()
             if alpn != "h2":
                 raise UpstreamError(

@@ -129,7 +129,8 @@ def _connection_lines(findings: Findings) -> list[str]:
         lines.append(_line("connected", f"{findings.address}: {took}"))
     tls = findings.tls
     if tls is not None:
-        lines.append(_line("tls", f"{tls.version}, {tls.cipher}"))
+        resumes = {True: ", resumes sessions", False: ", does not resume sessions", None: ""}
+        lines.append(_line("tls", f"{tls.version}, {tls.cipher}{resumes[tls.resumes]}"))
         lines.append(_line("certificate", _certificate_text(tls.not_after)))
     if findings.http2:
         how = "by ALPN h2" if findings.tls_used else "h2c with prior knowledge"
@@ -212,6 +213,7 @@ def report(findings: Findings, config: Config, check: CheckSettings) -> dict[str
             "version": tls.version,
             "cipher": tls.cipher,
             "alpn": tls.alpn,
+            "resumes_sessions": tls.resumes,
             "certificate_verified": tls.not_after is not None,
             "certificate_not_after": None
             if tls.not_after is None

@@ -348,6 +348,11 @@ METRICS: tuple[MetricSpec, ...] = (
         labels=("state",),
     ),
     _counter("upstream_connections_opened", "Upstream connections opened.", "connections_opened"),
+    _counter(
+        "tls_resumptions",
+        "Upstream TLS handshakes that resumed the session of an earlier connection.",
+        "tls_resumptions",
+    ),
     _counter("pings_sent", "HTTP/2 PINGs sent to the upstream.", "pings_sent"),
     _counter("ping_acks", "PING ACKs received from the upstream.", "ping_acks"),
     MetricSpec(

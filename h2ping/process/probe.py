@@ -45,6 +45,8 @@ class TLSFacts:
     cipher: str
     alpn: str | None
     not_after: float | None  # the certificate's notAfter (epoch seconds); None: not verified
+    #: A second connection resumed the first one's session (None: not tried).
+    resumes: bool | None = None
 
 
 @dataclass
@@ -92,11 +94,14 @@ async def probe(
     conn = ProbeConnection(findings.address, config.max_response_header_bytes)
     tcp: list[asyncio.Transport] = []  # the socket's transport, once connected
     try:
-        await _connect(conn, config, ssl_context, findings, tcp)
+        tls = await _connect(conn, config, ssl_context, findings, tcp)
         await _ping(conn, check.pings, config.ping_timeout, findings)
         if check.path is not None:
             await _request(conn, config, check, findings)
         _note_goaway_after(conn, findings)
+        if tls is not None and ssl_context is not None and findings.tls is not None:
+            # After the PINGs: a TLS 1.3 ticket comes after the handshake.
+            findings.tls.resumes = await _resumes(config, ssl_context, tls.session)
     except ProbeFailed as exc:
         findings.problem = str(exc)
     finally:
@@ -111,8 +116,9 @@ async def _connect(
     ssl_context: ssl.SSLContext | None,
     findings: Findings,
     tcp: list[asyncio.Transport],
-) -> None:
-    """TCP, TLS, the server's SETTINGS, within -connect-timeout, as h2ping dials."""
+) -> ssl.SSLObject | None:
+    """TCP, TLS, the server's SETTINGS, within -connect-timeout, as h2ping dials.
+    Returns the TLS connection's state (None for h2c)."""
     loop = asyncio.get_running_loop()
     upstream = config.upstream
     started = time.perf_counter()
@@ -153,6 +159,38 @@ async def _connect(
         raise ProbeFailed(detail) from None
     findings.http2 = True
     _judge_settings(findings)
+    return layer.ssl_object if upstream.tls and ssl_context is not None else None
+
+
+class _Unused(asyncio.BufferedProtocol):
+    """The application side of a connection made only for its TLS handshake."""
+
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return bytearray(max(sizehint, 1))
+
+    def buffer_updated(self, nbytes: int) -> None:
+        pass
+
+
+async def _resumes(config: Config, context: ssl.SSLContext, session: ssl.SSLSession | None) -> bool:
+    """Whether a new connection resumes ``session`` (the first connection's, ticket
+    and all): h2ping's next connections then take one round trip less."""
+    if session is None or not session.has_ticket:
+        return False
+    upstream = config.upstream
+    layer = TLSLayer(_Unused(), context, upstream.host, session)
+    loop = asyncio.get_running_loop()
+    transport: asyncio.Transport | None = None
+    try:
+        async with asyncio.timeout(config.connect_timeout):
+            transport, _ = await loop.create_connection(lambda: layer, upstream.host, upstream.port)
+            await layer.handshake
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        if transport is not None:
+            transport.abort()
+    return layer.ssl_object.session_reused
 
 
 async def _speaks_tls(upstream: Upstream) -> bool:

@@ -220,6 +220,7 @@ class ScriptedConnection(asyncio.Protocol):
         self.opened_at = 0.0  # loop time of the accept, and of the close (0 while open)
         self.closed_at = 0.0
         self.alpn_protocol: str | None = None
+        self.tls_resumed = False
         self.streams_opened = 0
         self.streams_refused = 0
         self.pings_received = 0
@@ -290,6 +291,8 @@ class ScriptedConnection(asyncio.Protocol):
         self.opened_at = asyncio.get_running_loop().time()
         ssl_object = transport.get_extra_info("ssl_object")
         self.alpn_protocol = ssl_object.selected_alpn_protocol() if ssl_object else None
+        # The client resumed an earlier TLS session (False without TLS).
+        self.tls_resumed = bool(ssl_object is not None and ssl_object.session_reused)
         self.server.connections.append(self)
         self.id = len(self.server.connections)
         settings = {

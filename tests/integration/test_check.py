@@ -79,6 +79,7 @@ async def test_scripted_tls_upstream_is_usable(tls: TLSFiles) -> None:
     assert lines[0] == f"upstream     {upstream.url}/v1"
     assert value(lines, "http/2") == "yes, by ALPN h2"
     assert value(lines, "tls").startswith("TLSv1.")
+    assert value(lines, "tls").endswith(", resumes sessions")
     assert value(lines, "certificate").startswith("verified, valid until 3000-01-01 00:00:00 UTC")
     settings = lines.index(next(ln for ln in lines if ln.startswith("settings")))
     assert [ln.split("  ")[-1].strip() for ln in lines[settings : settings + 5]] == [
@@ -90,8 +91,9 @@ async def test_scripted_tls_upstream_is_usable(tls: TLSFiles) -> None:
         "verdict      usable: speaks HTTP/2 over TLS (ALPN h2), answered 3 of 3 PINGs"
     )
     # What the server saw: three PINGs, the request joined to the base path as the proxy
-    # joins it, and a clean end.
-    [conn] = upstream.connections
+    # joins it, and a clean end; then a handshake that resumed the first's session.
+    conn, resumed = upstream.connections
+    assert (conn.tls_resumed, resumed.tls_resumed) == (False, True)
     assert conn.pings_received == 3
     [request] = upstream.requests
     assert (request.method, request.path, request.authority) == (
@@ -519,3 +521,14 @@ async def test_a_text_answer_says_the_port_speaks_http1() -> None:
     assert findings.problem is not None
     assert findings.problem.endswith("not HTTP/2: it speaks HTTP/1.x"), findings.problem
     assert "frame of" not in findings.problem
+
+
+async def test_a_server_without_tickets_does_not_resume(tls: TLSFiles) -> None:
+    context = tls.server_context()
+    context.options |= ssl.OP_NO_TICKET
+    context.num_tickets = 0  # TLS 1.3: no ticket, no resumption
+    async with ScriptedUpstream(ssl_context=context) as upstream:
+        code, out, _ = await run_command("-upstream", upstream.url, "-ca-file", tls.ca_file)
+    assert code == 0, out
+    assert value(out.splitlines(), "tls").endswith(", does not resume sessions")
+    assert len(upstream.connections) == 1  # no ticket: nothing to try it with

@@ -155,6 +155,20 @@ async def test_an_idle_connection_at_its_age_is_replaced_before_it_closes(
         assert len(up.connections) == count and pool_states(proxy) == []
 
 
+async def test_a_new_connection_resumes_the_tls_session_of_the_last(
+    tls: TLSFiles, session: aiohttp.ClientSession
+) -> None:
+    """The successor at max-conn-age resumes the session its predecessor was given
+    (a TLS 1.3 ticket, which arrives after the handshake): one round trip less."""
+    async with proxy_before(tls, echo_digest, max_conn_age=0.4, idle_conn_timeout=0) as (up, proxy):
+        await post_ok(session, proxy, "/a", b"a")
+        assert proxy.stats.tls_resumptions == 0  # the first has nothing to resume
+        await up.wait_for(lambda: len(up.connections) >= 2)
+        await post_ok(session, proxy, "/b", b"b")
+        assert [conn.tls_resumed for conn in up.connections[:2]] == [False, True]
+        assert proxy.stats.tls_resumptions >= 1
+
+
 async def test_max_conn_age_moves_new_requests_while_a_slow_one_finishes_on_the_old(
     tls: TLSFiles, session: aiohttp.ClientSession
 ) -> None:

@@ -103,6 +103,7 @@ def _varied() -> tuple[Snapshot, Config]:
         access_log_dropped=401,
         descriptor_shortages=442,
         accept_pauses=485,
+        tls_resumptions=530,
     )
     for status in (200, 204, 502, 101, 404, 200):
         stats.count_response(status)
@@ -156,6 +157,7 @@ def test_render_leaves_out_what_is_not_there() -> None:
         "# TYPE h2ping_responses_total counter",
         "# TYPE h2ping_upstream_connections gauge",
         "# TYPE h2ping_upstream_connections_opened_total counter",
+        "# TYPE h2ping_tls_resumptions_total counter",
         "# TYPE h2ping_pings_sent_total counter",
         "# TYPE h2ping_ping_acks_total counter",
         "# TYPE h2ping_ping_rtt_seconds histogram",
@@ -419,6 +421,9 @@ h2ping_upstream_connections{state="open"} 3
 # HELP h2ping_upstream_connections_opened_total Upstream connections opened.
 # TYPE h2ping_upstream_connections_opened_total counter
 h2ping_upstream_connections_opened_total 170
+# HELP h2ping_tls_resumptions_total Upstream TLS handshakes that resumed the session of an earlier connection.
+# TYPE h2ping_tls_resumptions_total counter
+h2ping_tls_resumptions_total 530
 # HELP h2ping_pings_sent_total HTTP/2 PINGs sent to the upstream.
 # TYPE h2ping_pings_sent_total counter
 h2ping_pings_sent_total 257

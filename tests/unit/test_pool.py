@@ -110,6 +110,7 @@ class FakeDialer:
         stats: Stats,
         on_age: Callable[[Any], None],
         ping_backoff: object = None,
+        tls_sessions: object = None,
     ) -> FakeConn:
         self.attempts += 1
         if self.gate is not None:
@@ -346,7 +347,16 @@ async def test_a_dying_connection_is_not_handed_to_a_waiting_request(death: str)
     dialled: list[UpstreamConnection] = []
     never = asyncio.get_running_loop().create_future()
 
-    async def dial(cfg, ssl_context, conn_id, on_change, stats, on_age=None, ping_backoff=None):  # type: ignore[no-untyped-def]
+    async def dial(
+        cfg,
+        ssl_context,
+        conn_id,
+        on_change,
+        stats,
+        on_age=None,
+        ping_backoff=None,
+        tls_sessions=None,
+    ):  # type: ignore[no-untyped-def]
         if dialled:
             await never  # the second connection never comes up
         conn = UpstreamConnection(cfg, conn_id, on_change, stats, on_age)
