@@ -34,7 +34,15 @@ from typing import Any
 import aiohttp
 import gopeer
 from origin import BIG_SIZE, start_origin
-from procs import BenchError, Procs, free_port, run_on_uvloop, wait_port, write_results
+from procs import (
+    BenchError,
+    Procs,
+    free_port,
+    run_on_uvloop,
+    serve_until_killed,
+    wait_port,
+    write_results,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROTATION_AGE = "8s"
@@ -214,11 +222,7 @@ def link(target_port: int, port: int, rtt_ms: int) -> None:
     """A DelayLink in a process of its own, until killed."""
     from h2ping.testing import DelayLink
 
-    async def serve() -> None:
-        async with DelayLink("127.0.0.1", target_port, rtt=rtt_ms / 1000, port=port):
-            await asyncio.Event().wait()
-
-    run_on_uvloop(serve())
+    serve_until_killed(lambda: DelayLink("127.0.0.1", target_port, rtt=rtt_ms / 1000, port=port))
 
 
 if __name__ == "__main__":

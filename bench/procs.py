@@ -16,7 +16,8 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -244,6 +245,16 @@ def run_on_uvloop(coro: Coroutine[Any, Any, T]) -> T:
     except ImportError:
         return asyncio.run(coro)
     return uvloop.run(coro)
+
+
+def serve_until_killed(server: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
+    """Run ``server()`` (a relay, say) in this process until it is killed."""
+
+    async def serve() -> None:
+        async with server():
+            await asyncio.Event().wait()
+
+    run_on_uvloop(serve())
 
 
 def write_results(doc: dict[str, Any], out: Path) -> None:

@@ -19,7 +19,6 @@ as JSON in bench/results/.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import math
 import signal
 import sys
@@ -229,15 +228,11 @@ def print_figures(name: str, f: dict[str, Any]) -> None:
 
 def relay(target_port: int, port: int, cut: float) -> None:
     """An idle-cutting relay in a process of its own, until killed."""
-    from procs import run_on_uvloop
+    from procs import serve_until_killed
 
     from h2ping.testing.relays import Relay
 
-    async def serve() -> None:
-        async with Relay("127.0.0.1", target_port, idle_cut=cut, port=port):
-            await asyncio.Event().wait()
-
-    run_on_uvloop(serve())
+    serve_until_killed(lambda: Relay("127.0.0.1", target_port, idle_cut=cut, port=port))
 
 
 if __name__ == "__main__":
