@@ -251,6 +251,9 @@ class Config:
     max_buffered_bytes: int = 1024 * 1024 * 1024
     # Our SETTINGS_MAX_HEADER_LIST_SIZE: a response over it fails its stream only.
     max_response_header_bytes: int = 256 * 1024
+    # Each stream's receive window grows with the link's bandwidth-delay product up to
+    # this (http2/windows.py): what a slow client's stream may have buffered for it.
+    max_receive_window: int = 16 * 1024 * 1024
     # At most this many streams on one connection, below the peer's own limit, so
     # that one dead connection fails fewer requests; 0: the peer's limit alone.
     max_streams_per_conn: int = 0
@@ -307,6 +310,8 @@ class Config:
             raise ConfigError("max-buffered-bytes", "must not be negative (0 keeps no bodies)")
         if not 1 <= self.max_response_header_bytes <= 2**32 - 1:
             raise ConfigError("max-response-header-bytes", "must be between 1 and 4294967295")
+        if not 65535 <= self.max_receive_window <= 2**31 - 1:
+            raise ConfigError("max-receive-window", "must be between 65535 and 2147483647")
         if not 0 <= self.max_streams_per_conn <= 2**31 - 1:
             raise ConfigError(
                 "max-streams-per-conn", "must be between 0 and 2147483647 (0: the server's limit)"

@@ -104,6 +104,8 @@ class Stats:
     descriptor_shortages: int = 0  # times no file descriptor was free (process.descriptors)
     accept_pauses: int = 0  # times accepting stopped at the client capacity (http1.acceptor)
     tls_resumptions: int = 0  # upstream TLS handshakes that resumed an earlier session
+    window_pings: int = 0  # PINGs sent to measure the link (http2.windows)
+    window_raises: int = 0  # times a connection's stream windows grew to fit its link
     last_ping_rtt: float | None = None  # seconds, of the most recent acknowledged PING
     #: Responses sent to clients by status class ("2xx", "5xx", ...).
     responses: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
@@ -194,6 +196,12 @@ class Stats:
 
     def tls_resumed(self) -> None:
         self.tls_resumptions += 1
+
+    def window_pinged(self) -> None:
+        self.window_pings += 1
+
+    def window_raised(self) -> None:
+        self.window_raises += 1
 
     def snapshot(self, *, retry_buffer_bytes: int) -> Stats:
         """A copy as of now, with the gauge read from its owner: later traffic

@@ -40,6 +40,12 @@ class PingBackoff:
         self.interval = configured
         self._stats = stats
 
+    @property
+    def punishing(self) -> bool:
+        """The upstream has punished our PINGs: new connections send only the
+        liveness PINGs, none to measure the link (:mod:`.windows`)."""
+        return self.interval > self.configured
+
     def punished(self, conn_id: int, interval: float) -> None:
         """Connection ``conn_id``, which PINGed after ``interval`` seconds of silence,
         got GOAWAY(ENHANCE_YOUR_CALM, too_many_pings). Connections opened with a

@@ -39,13 +39,10 @@ from .liveness import Liveness
 from .outbound import OutboundPump
 from .pingbackoff import PingBackoff, punishes_pings
 from .streams import SlotLost, StreamSink, StreamSlot, UpstreamStream
+from .windows import ReceiveWindow, connection_window
 
 log = logging.getLogger("h2ping.upstream")
 
-#: Receive windows: h2's 65,535-byte defaults throttle a multi-MB response on a long
-#: RTT. A stream may hold this much unread response data (a slow client's share).
-STREAM_WINDOW = 4 * 1024 * 1024
-CONNECTION_WINDOW = 64 * 1024 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
 _DEAD = (
@@ -121,6 +118,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         )
         self._ping_backoff = ping_backoff
         self.ping_interval = config.ping_interval if ping_backoff is None else ping_backoff.interval
+        measuring = self.ping_interval > 0 and not (ping_backoff and ping_backoff.punishing)
+        self.window = ReceiveWindow(config.max_receive_window, measuring)
         self._liveness = Liveness(
             self.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
         )
@@ -178,6 +177,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             )
         stream_id = self._engine.next_stream_id()
         self._engine.send_request(stream_id, headers, end_stream)
+        if extra := self.window.extra:
+            self._engine.widen(stream_id, extra)
         stream = UpstreamStream(self, self._engine, stream_id, sink, ended=end_stream)
         self.streams[stream_id] = stream
         self.outbound.schedule_flush()
@@ -213,7 +214,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self._inbound.attach(self._transport)
         self.outbound.attach(self._transport)
-        self._engine.start(STREAM_WINDOW, CONNECTION_WINDOW)
+        window = self.window
+        self._engine.start(window.announced, connection_window(window.cap))
+        if (payload := window.first_ping()) is not None:
+            self._engine.ping(payload)
+            self._stats.window_pinged()
         self.outbound.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -228,6 +233,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._liveness.saw_bytes()
         if self.state is ConnState.CLOSED:
             return
+        if (payload := self.window.received(len(data))) is not None:
+            self._send_ping(payload)  # at once: it times the round trip
+            self._stats.window_pinged()
         self._engine.feed(data)
         self._inbound.arrived()
 
@@ -289,7 +297,26 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.outbound.give_credit(stream_id, flow_controlled_length)
 
     def on_ping_ack(self, payload: bytes) -> None:
-        self._liveness.on_ack(payload)
+        grown = self.window.acked(payload)
+        if grown is None:
+            self._liveness.on_ack(payload)
+        elif grown:
+            self._widen(grown)
+
+    def _widen(self, increment: int) -> None:
+        """Each stream's window grew by ``increment``: tell the peer for every open
+        stream (a new one hears of it after its HEADERS, in open_stream)."""
+        for stream_id in self.streams:
+            self._engine.widen(stream_id, increment)
+        self._stats.window_raised()
+        rtt = self.window.rtt or 0.0
+        log.debug(
+            "conn=%d stream windows now %d bytes (round trip %.2f ms)",
+            self.id,
+            self.window.size,
+            rtt * 1000,
+        )
+        self.outbound.schedule_flush()
 
     def on_internal_error(self, stream_id: int) -> None:
         log.exception("conn=%d stream=%d: internal error", self.id, stream_id)

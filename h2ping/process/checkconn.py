@@ -27,7 +27,7 @@ from ..http2.engine import our_settings
 from ..http2.engine.errortext import describe_h2_error
 from ..http2.engine.frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter, parse_goaway
 from ..http2.pingbackoff import punishes_pings
-from ..http2.upstream import STREAM_WINDOW
+from ..http2.windows import UNMEASURED_WINDOW
 
 
 class ProbeFailed(Exception):
@@ -105,7 +105,7 @@ class ProbeConnection(asyncio.BufferedProtocol):
 
     def start(self) -> None:
         """Send the preface and our SETTINGS (h2ping's own), then handle what came."""
-        self._h2.local_settings = our_settings(self._header_list_limit, STREAM_WINDOW)
+        self._h2.local_settings = our_settings(self._header_list_limit, UNMEASURED_WINDOW)
         self._h2.initiate_connection()
         self._started = True
         self._flush()

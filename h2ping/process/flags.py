@@ -215,6 +215,8 @@ _FLAGS: tuple[_Flag, ...] = (
           "also trust the CA certificates in this PEM file", "none", check=_parse_file),
     _Flag("max-response-header-bytes", "Upstream", _parse_int, "n",
           "a larger response header list gets a 502"),
+    _Flag("max-receive-window", "Upstream", _parse_int, "bytes",
+          "receive window per stream grows up to this"),
     _Flag("max-streams-per-conn", "Upstream", _parse_int, "n",
           "streams per connection at most; 0: the server's limit"),
     _Flag("insecure-skip-verify", "Upstream", _parse_bool, "",

@@ -354,6 +354,16 @@ METRICS: tuple[MetricSpec, ...] = (
         "tls_resumptions",
     ),
     _counter("pings_sent", "HTTP/2 PINGs sent to the upstream.", "pings_sent"),
+    _counter(
+        "window_pings",
+        "PINGs sent to measure the link's round trip and bandwidth (receive windows).",
+        "window_pings",
+    ),
+    _counter(
+        "receive_window_raises",
+        "Times an upstream connection's stream receive windows grew to fit its link.",
+        "window_raises",
+    ),
     _counter("ping_acks", "PING ACKs received from the upstream.", "ping_acks"),
     MetricSpec(
         "h2ping_ping_rtt_seconds",

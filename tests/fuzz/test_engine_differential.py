@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from h2ping.fields import Header
-from h2ping.http2 import upstream
+from h2ping.http2 import windows
 from h2ping.http2.engine import probes
 from h2ping.http2.engine.frames import FRAME, RUN, FrameSplitter
 from h2ping.http2.engine.manifest import FAST_PATHS, STREAM_FAULTS
@@ -113,7 +113,7 @@ class Twin:
     def __init__(self, fast: bool, holding: tuple[bool, ...], sizes: tuple[str, ...]) -> None:
         # Plain h2 but for stream faults, which plain h2 does not have.
         with only_fast_paths(FAST_PATHS if fast else {STREAM_FAULTS}):
-            self.h = Harness(max_streams=10)
+            self.h = Harness(max_streams=10, max_receive_window=65535)
         self.fast = fast
         self.server = FakeServer()  # one per twin: HPACK state is per connection
         self.encoder = hpack.Encoder()  # the server's, for the headers it builds itself
@@ -281,8 +281,9 @@ def small_windows(
     stream: int = SMALL_STREAM_WINDOW,
     connection: int = SMALL_CONNECTION_WINDOW,
 ) -> None:
-    monkeypatch.setattr(upstream, "STREAM_WINDOW", stream)
-    monkeypatch.setattr(upstream, "CONNECTION_WINDOW", connection)
+    # The Harness sends no PINGs: each stream's window is the unmeasured one.
+    monkeypatch.setattr(windows, "UNMEASURED_WINDOW", stream)
+    monkeypatch.setattr(windows, "CONNECTION_WINDOW", connection)
 
 
 async def compare(

@@ -1,6 +1,7 @@
 """Across a long link (a DelayLink of 100 ms round trip before a TLS upstream): the
-command's first request finds a connection already open, and at max-conn-age no
-request waits for a new connection's handshakes. Each fails without its feature."""
+command's first request finds a connection already open, at max-conn-age no
+request waits for a new connection's handshakes, and the receive windows fit the
+link. Each fails without its feature."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from h2ping.testing import DelayLink, ScriptedUpstream
+from h2ping.http2.windows import ASSUMED_RATE, UNMEASURED_WINDOW
+from h2ping.testing import DelayLink, ScriptedRequest, ScriptedUpstream
 
 from ..conftest import TLSFiles, free_port, running_proxy
 from ..launcher import launch
@@ -74,3 +76,33 @@ async def test_no_request_waits_for_a_handshake_at_rotation(tls: TLSFiles) -> No
                 retired = proxy.stats.retired
     assert retired >= 2, retired  # the requests crossed rotations
     assert max(times) < RTT + MARGIN, [round(t * 1000) for t in times]
+
+
+async def test_the_window_grows_on_a_long_link_and_stays_small_on_a_short_one(
+    tls: TLSFiles,
+) -> None:
+    """A 2 MiB response across the 100 ms link, then one straight on loopback: the
+    long link's streams get what 160 MB/s moves in its round trip (16 MB; a fixed
+    window would be 4 MiB), the short one's stay under 4 MiB (128 KiB unless
+    this machine is slow to answer the preface's PING). Both bodies arrive whole."""
+    body = bytes(range(256)) * (8 * 1024)
+
+    async def big(request: ScriptedRequest) -> None:
+        await request.respond(body=body)
+
+    sizes = []
+    async with ScriptedUpstream(big, ssl_context=tls.server_context()) as upstream:
+        async with DelayLink("127.0.0.1", upstream.port, rtt=RTT) as link:
+            for url in (f"https://127.0.0.1:{link.port}", upstream.url):
+                async with (
+                    running_proxy(url, tls) as proxy,
+                    aiohttp.ClientSession() as session,
+                    session.get(proxy.url + "/big") as resp,
+                ):
+                    assert await resp.read() == body
+                    assert proxy.pool is not None
+                    (conn,) = proxy.pool.connections
+                    sizes.append(conn.window.size)
+    long_link, short_link = sizes
+    assert long_link >= 0.9 * RTT * ASSUMED_RATE, sizes
+    assert short_link < UNMEASURED_WINDOW, sizes

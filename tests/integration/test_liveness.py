@@ -190,11 +190,13 @@ async def test_no_pings_while_frames_keep_arriving(tls: TLSFiles) -> None:
         async with session.get(proxy.url + "/stream") as resp:
             assert await resp.read() == b"tick\n" * 20
         assert proxy.stats.pings_sent == 0
-        assert up.connections[0].pings_received == 0
+        # Only the preface's PING, which measures the round trip (a trickle of
+        # frames is too little for the receive windows to measure more).
+        assert up.connections[0].pings_received == proxy.stats.window_pings == 1
         # Then silence: the idle pooled connection is pinged, so it stays usable.
         await asyncio.sleep(3.5 * interval)
         assert proxy.stats.pings_sent >= 2
-        assert up.connections[0].pings_received == proxy.stats.pings_sent
+        assert up.connections[0].pings_received == proxy.stats.pings_sent + 1
 
 
 async def test_tcp_keepalive_on_both_sides(tls: TLSFiles, session: aiohttp.ClientSession) -> None:

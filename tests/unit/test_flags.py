@@ -482,6 +482,15 @@ def test_negative_retry_body_limit_disables_as_in_go() -> None:
     )
 
 
+def test_max_receive_window_values() -> None:
+    assert parse(*UP).max_receive_window == 16 * 1024 * 1024
+    assert parse(*UP, "-max-receive-window=65535").max_receive_window == 65535
+    for bad in ("65534", "2147483648", "-1"):  # a window has 31 bits, h2's least is 65,535
+        assert error(*UP, "-max-receive-window", bad) == (
+            "-max-receive-window: must be between 65535 and 2147483647"
+        )
+
+
 def test_max_response_header_bytes_values() -> None:
     assert parse(*UP).max_response_header_bytes == 256 * 1024
     assert parse(*UP, "-max-response-header-bytes=1").max_response_header_bytes == 1
@@ -592,6 +601,7 @@ def _samples(field: dataclasses.Field, tmp_path: Path) -> tuple[Sample, Sample]:
         ),
         "name": (("envname", "envname"), ("flagname", "flagname")),
         "access_log": (("/var/log/env.log", "/var/log/env.log"), ("-", "-")),
+        "max_receive_window": (("65535", 65535), ("1048576", 1048576)),
     }
     if field.name in special:
         return special[field.name]

@@ -104,6 +104,8 @@ def _varied() -> tuple[Snapshot, Config]:
         descriptor_shortages=442,
         accept_pauses=485,
         tls_resumptions=530,
+        window_pings=577,
+        window_raises=626,
     )
     for status in (200, 204, 502, 101, 404, 200):
         stats.count_response(status)
@@ -159,6 +161,8 @@ def test_render_leaves_out_what_is_not_there() -> None:
         "# TYPE h2ping_upstream_connections_opened_total counter",
         "# TYPE h2ping_tls_resumptions_total counter",
         "# TYPE h2ping_pings_sent_total counter",
+        "# TYPE h2ping_window_pings_total counter",
+        "# TYPE h2ping_receive_window_raises_total counter",
         "# TYPE h2ping_ping_acks_total counter",
         "# TYPE h2ping_ping_rtt_seconds histogram",
         "# TYPE h2ping_ping_timeouts_total counter",
@@ -427,6 +431,12 @@ h2ping_tls_resumptions_total 530
 # HELP h2ping_pings_sent_total HTTP/2 PINGs sent to the upstream.
 # TYPE h2ping_pings_sent_total counter
 h2ping_pings_sent_total 257
+# HELP h2ping_window_pings_total PINGs sent to measure the link's round trip and bandwidth (receive windows).
+# TYPE h2ping_window_pings_total counter
+h2ping_window_pings_total 577
+# HELP h2ping_receive_window_raises_total Times an upstream connection's stream receive windows grew to fit its link.
+# TYPE h2ping_receive_window_raises_total counter
+h2ping_receive_window_raises_total 626
 # HELP h2ping_ping_acks_total PING ACKs received from the upstream.
 # TYPE h2ping_ping_acks_total counter
 h2ping_ping_acks_total 290

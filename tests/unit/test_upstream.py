@@ -20,7 +20,8 @@ from h2ping.http2 import upstream
 from h2ping.http2.lifetime import Lifetime
 from h2ping.http2.outbound import PUMP_BATCH
 from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState
-from h2ping.http2.upstream import CONNECTION_WINDOW, STREAM_WINDOW, ConnState, UpstreamConnection
+from h2ping.http2.upstream import ConnState, UpstreamConnection
+from h2ping.http2.windows import CONNECTION_WINDOW, UNMEASURED_WINDOW
 from h2ping.stats import Stats
 
 from ..fakeloop import FakeLoop
@@ -43,7 +44,7 @@ async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> Non
     frames = transport.frames()
     settings = {k: v for f in of(SettingsFrame, frames) for k, v in f.settings.items()}
     assert settings[0x2] == 0  # ENABLE_PUSH
-    assert settings[0x4] == STREAM_WINDOW  # INITIAL_WINDOW_SIZE
+    assert settings[0x4] == UNMEASURED_WINDOW  # INITIAL_WINDOW_SIZE, with no PINGs
     (update,) = of(WindowUpdateFrame, frames)
     assert (update.stream_id, update.window_increment) == (0, CONNECTION_WINDOW - 65535)
     assert conn.state is ConnState.CONNECTING and conn.try_reserve() is None

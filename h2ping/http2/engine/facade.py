@@ -345,6 +345,12 @@ class H2Engine:
             return False
         return True
 
+    def widen(self, stream_id: int, increment: int) -> None:
+        """Grow ``stream_id``'s receive window by ``increment`` (a WINDOW_UPDATE),
+        unless the stream is closed by now."""
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self._h2.increment_flow_control_window(increment, stream_id)
+
     def ping(self, payload: bytes) -> None:
         self._h2.ping(payload)
 
