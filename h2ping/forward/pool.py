@@ -43,6 +43,7 @@ class Pool:
         self._ssl_context = ssl_context
         self._conns: list[UpstreamConnection] = []
         self._waiters: deque[asyncio.Future[StreamSlot]] = deque()
+        self._patient: set[asyncio.Future[StreamSlot]] = set()  # no slot before SETTINGS
         self._connecting: asyncio.Task[None] | None = None
         self._retiring: list[UpstreamConnection] = []  # past max-conn-age, still taking streams
         self._next_id = 1
@@ -69,10 +70,12 @@ class Pool:
         the upstream takes work, even while it refuses some streams."""
         return self._answered_before + sum(conn.answered for conn in self._conns)
 
-    async def acquire(self) -> StreamSlot:
+    async def acquire(self, *, early: bool = True) -> StreamSlot:
         """A stream slot for the caller, waiting for one if need be.
 
-        The caller must either ``open`` it or ``release`` it.
+        The caller must either ``open`` it or ``release`` it. ``early``: the slot
+        may be on a connection still waiting for the server's SETTINGS (a request
+        then goes right behind the preface); False waits for an open connection.
         """
         if self._closed:
             raise UpstreamError(PROXY_INTERNAL_ERROR, "proxy is shutting down")
@@ -81,6 +84,8 @@ class Pool:
             return slot
         waiter: asyncio.Future[StreamSlot] = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
+        if not early:
+            self._patient.add(waiter)
         self._ensure_connecting()
         try:
             return await waiter
@@ -90,6 +95,8 @@ class Pool:
             else:
                 self._discard(waiter)
             raise
+        finally:
+            self._patient.discard(waiter)
 
     def try_acquire(self) -> StreamSlot | None:
         """A stream slot, if one is free right now and nobody is waiting ahead
@@ -153,6 +160,7 @@ class Pool:
                 self._on_conn_age,
                 ping_backoff=self._ping_backoff,
                 tls_sessions=self._tls_sessions,
+                on_preface=self._on_preface,
             )
         except Exception as exc:
             if not isinstance(exc, UpstreamError):  # a bug of ours: fail, never hang
@@ -178,6 +186,15 @@ class Pool:
         self._conns.append(conn)
         self._retire_old()
         self._wake()
+
+    def _on_preface(self, conn: UpstreamConnection) -> None:
+        """A connection being dialled has sent its preface: the request first in
+        line goes on it now, a round trip before its SETTINGS (and the pool's
+        choosing) come. The rest wait for those."""
+        first = next((w for w in self._waiters if not w.done() and w not in self._patient), None)
+        if first is not None and (slot := conn.try_reserve()) is not None:
+            self._waiters.remove(first)
+            first.set_result(slot)
 
     def _on_conn_age(self, conn: UpstreamConnection) -> None:
         """Retire a connection at its age limit. If it was used, the successor opens

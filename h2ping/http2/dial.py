@@ -108,19 +108,23 @@ async def connect(
     on_age: Callable[[UpstreamConnection], None] | None = None,
     ping_backoff: PingBackoff | None = None,
     tls_sessions: SessionCache | None = None,
+    on_preface: Callable[[UpstreamConnection], None] | None = None,
 ) -> UpstreamConnection:
     """Open a connection and wait for the peer's SETTINGS (so we know its stream limit);
-    with ``tls_sessions``, resume the latest TLS session and remember this one."""
+    with ``tls_sessions``, resume the latest TLS session and remember this one.
+    ``on_preface`` hears of the connection as soon as our preface is out, when it
+    takes its first stream (:data:`~.upstream.PROVISIONAL_STREAMS`) a round trip
+    before the SETTINGS come."""
     upstream = config.upstream
     timeout = config.connect_timeout
     protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age, ping_backoff)
     try:
         async with asyncio.timeout(timeout):
-            await _open(protocol, config, ssl_context, tls_sessions, stats)
+            await _open(protocol, config, ssl_context, tls_sessions, stats, on_preface)
     except OSError as exc:  # TimeoutError and ssl.SSLError among them
-        if isinstance(exc, TimeoutError):
-            protocol.close("connect timeout")
         error = describe_connect_error(exc, upstream, timeout)
+        if isinstance(exc, TimeoutError):
+            protocol.abandon(error)
         if error.error == errors.CONNECTION_LIMIT_REACHED:
             stats.descriptors_short()
         raise error from None
@@ -159,6 +163,7 @@ async def _open(
     ssl_context: ssl.SSLContext | None,
     tls_sessions: SessionCache | None,
     stats: Stats,
+    on_preface: Callable[[UpstreamConnection], None] | None,
 ) -> None:
     """TCP, then TLS (h2ping's own layer, see :mod:`h2ping.http2.tlslayer`) with ALPN
     ``h2``, then the peer's SETTINGS; the socket is closed again if any step fails."""
@@ -185,6 +190,8 @@ async def _open(
         else:
             tcp, _ = await loop.create_connection(lambda: protocol, upstream.host, upstream.port)
         set_tcp_keepalive(tcp.get_extra_info("socket"))
+        if on_preface is not None:
+            on_preface(protocol)
         await protocol.wait_ready()
     except BaseException:
         if tcp is not None:

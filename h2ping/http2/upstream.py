@@ -43,6 +43,10 @@ from .windows import ReceiveWindow, connection_window
 
 log = logging.getLogger("h2ping.upstream")
 
+#: Streams a connection takes before the peer's SETTINGS say how many: the first
+#: request goes right behind the preface (RFC 9113 section 3.4), any other waits
+#: the round trip for the peer's limit, which no server sets below one.
+PROVISIONAL_STREAMS = 1
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
 _DEAD = (
@@ -54,6 +58,8 @@ class ConnState(enum.Enum):
     """An upstream connection's life, one state at a time."""
 
     CONNECTING = "connecting"  # dialled; the peer's first SETTINGS not yet here
+    # (once the preface is out it takes PROVISIONAL_STREAMS, for the dial's first
+    # waiter only: the pool lists it from OPEN on)
     OPEN = "open"  # takes new streams
     DRAINING = "draining"  # GOAWAY received or retired: finishes what it has
     CLOSED = "closed"  # over: every stream ended, the transport closed
@@ -109,6 +115,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._on_change = on_change
         self._loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[None] = self._loop.create_future()
+        self._setup_failure: UpstreamError | None = None  # why it ended before its SETTINGS
         self._transport: asyncio.Transport | None = None
         self._stats = stats
         self._engine = H2Engine(self, self.streams, config.max_response_header_bytes)
@@ -140,9 +147,13 @@ class UpstreamConnection(asyncio.BufferedProtocol):
 
     @property
     def free_slots(self) -> int:
-        if self.state is not ConnState.OPEN:
+        if self.state is ConnState.OPEN:
+            limit = min(self.max_streams, self._stream_cap)
+        elif self.state is ConnState.CONNECTING and self._transport is not None:
+            limit = PROVISIONAL_STREAMS  # the preface is out
+        else:
             return 0
-        return min(self.max_streams, self._stream_cap) - len(self.streams) - self.reserved
+        return limit - len(self.streams) - self.reserved
 
     @property
     def answered(self) -> int:
@@ -169,7 +180,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self, headers: list[Header], sink: StreamSink, end_stream: bool
     ) -> UpstreamStream:
         """HEADERS for a new stream (by its :class:`StreamSlot` only)."""
-        if self.state is not ConnState.OPEN:
+        if self.state is not ConnState.OPEN and self.state is not ConnState.CONNECTING:
+            if (failure := self._setup_failure) is not None:
+                # Its only slot went to the request first in line, which now fails
+                # as the dial did (asking again would dial again, and again).
+                raise UpstreamError(failure.error, failure.detail)
             raise SlotLost(
                 errors.CONNECTION_TERMINATED,
                 f"connection {self.id} stopped taking streams ({self.close_reason})",
@@ -207,6 +222,12 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         """Send GOAWAY(NO_ERROR) and close; streams still open fail."""
         error = UpstreamError(errors.CONNECTION_TERMINATED, f"connection closed: {reason}")
         self._end(reason, error, goaway=ErrorCodes.NO_ERROR)
+
+    def abandon(self, error: UpstreamError) -> None:
+        """The dial gave up on it (a timeout): close, and fail a stream sent
+        behind the preface, or about to be, with the dial's own ``error``."""
+        self._fail_ready(error)
+        self._end(error.detail, error, goaway=ErrorCodes.NO_ERROR)
 
     # ----------------------------------------------------------------- protocol
 
@@ -250,9 +271,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         reason = f"connection lost: {exc}" if exc else "connection closed by upstream"
         if self._goaway_error:
             reason += f" after GOAWAY {self._goaway_error}"
-        before = f"{reason} before HTTP/2 SETTINGS"
-        self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, before))
-        self._end(reason, UpstreamError(errors.CONNECTION_TERMINATED, reason))
+        if self.state is ConnState.CONNECTING:  # a stream sent behind the preface fails so too
+            reason += " before HTTP/2 SETTINGS"
+        error = UpstreamError(errors.CONNECTION_TERMINATED, reason)
+        self._fail_ready(error)
+        self._end(reason, error)
 
     def _enter(self, state: ConnState) -> bool:
         """Move to ``state`` if the table of moves (``_MOVES``) allows it from here;
@@ -431,6 +454,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
 
     def _fail_ready(self, error: UpstreamError) -> None:
         if not self._ready.done():
+            self._setup_failure = error
             self._ready.set_exception(error)
             self._ready.exception()  # connect() may have stopped waiting (timeout)
 

@@ -259,7 +259,7 @@ class Proxy:
     async def _dial_at_start(self) -> None:
         assert self.pool is not None  # warm_up checked
         try:
-            slot = await self.pool.acquire()
+            slot = await self.pool.acquire(early=False)
         except UpstreamError as exc:
             upstream = self.config.upstream.display
             log.warning(
@@ -295,7 +295,7 @@ class Proxy:
             return None
         try:
             async with asyncio.timeout(timeout):
-                slot = await self.pool.acquire()
+                slot = await self.pool.acquire(early=False)
         except TimeoutError:
             return f"no upstream connection within {timeout:g}s"
         except UpstreamError as exc:

@@ -81,9 +81,11 @@ class FrameScripts:
         self, peer: RawPeer, plan: FramePlan | None, settled: asyncio.Event | None
     ) -> None:
         await peer.handshake(plan.settings if plan else {3: 100})
-        if plan is not None and 1 in plan.settings:  # our HEADER_TABLE_SIZE
-            peer.decoder.max_allowed_table_size = plan.settings[1]
+        # The first request may come right behind the proxy's preface, before it
+        # has seen our SETTINGS: our HEADER_TABLE_SIZE binds the blocks after it.
         stream_id, _ = await peer.read_request()
+        if plan is not None and 1 in plan.settings:
+            peer.decoder.max_allowed_table_size = plan.settings[1]
         if plan is None:
             await self._answer(peer, stream_id)
             await self._serve(peer)

@@ -57,6 +57,22 @@ async def test_the_first_request_after_start_takes_one_round_trip(
     assert took < RTT + MARGIN, f"{took * 1000:.0f} ms: more than one round trip"
 
 
+async def test_a_cold_request_goes_right_behind_the_preface(tls: TLSFiles) -> None:
+    """No connection open (the in-process proxy dials on demand): TLS takes a round
+    trip, and the request leaves with the preface instead of after the server's
+    SETTINGS, which come a round trip later: two round trips, not three."""
+    async with ScriptedUpstream(ssl_context=tls.server_context()) as upstream:
+        async with DelayLink("127.0.0.1", upstream.port, rtt=RTT) as link:
+            url = f"https://127.0.0.1:{link.port}"
+            async with (
+                running_proxy(url, tls) as proxy,
+                aiohttp.ClientSession() as session,
+            ):
+                took = await timed_get(session, proxy.url + "/x")
+                assert proxy.stats.connections_opened == 1
+    assert took < 2 * RTT + MARGIN, f"{took * 1000:.0f} ms: more than two round trips"
+
+
 async def test_no_request_waits_for_a_handshake_at_rotation(tls: TLSFiles) -> None:
     """Requests half a second apart, each a round trip: most connections reach
     their age idle, between two requests, and the next request still takes one

@@ -111,6 +111,7 @@ class FakeDialer:
         on_age: Callable[[Any], None],
         ping_backoff: object = None,
         tls_sessions: object = None,
+        on_preface: object = None,
     ) -> FakeConn:
         self.attempts += 1
         if self.gate is not None:
@@ -356,6 +357,7 @@ async def test_a_dying_connection_is_not_handed_to_a_waiting_request(death: str)
         on_age=None,
         ping_backoff=None,
         tls_sessions=None,
+        on_preface=None,
     ):  # type: ignore[no-untyped-def]
         if dialled:
             await never  # the second connection never comes up

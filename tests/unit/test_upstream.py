@@ -16,6 +16,7 @@ from hyperframe.frame import (
 )
 
 from h2ping import errors
+from h2ping.errors import UpstreamError
 from h2ping.http2 import upstream
 from h2ping.http2.lifetime import Lifetime
 from h2ping.http2.outbound import PUMP_BATCH
@@ -47,11 +48,34 @@ async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> Non
     assert settings[0x4] == UNMEASURED_WINDOW  # INITIAL_WINDOW_SIZE, with no PINGs
     (update,) = of(WindowUpdateFrame, frames)
     assert (update.stream_id, update.window_increment) == (0, CONNECTION_WINDOW - 65535)
-    assert conn.state is ConnState.CONNECTING and conn.try_reserve() is None
+    # Before the peer's SETTINGS: one stream, right behind the preface, and no more.
+    assert conn.state is ConnState.CONNECTING and conn.free_slots == 1
+    early = conn.try_reserve()
+    assert early is not None and conn.try_reserve() is None
+    stream = early.open(REQUEST, RecordingSink(), end_stream=True)
+    await asyncio.sleep(0)
+    (headers,) = of(HeadersFrame, transport.frames())
+    assert headers.stream_id == stream.stream_id == 1
     ready = asyncio.ensure_future(conn.wait_ready())
     conn.data_received(FakeServer.settings(max_concurrent_streams=7))
     await ready
-    assert (conn.state, conn.max_streams, conn.free_slots) == (ConnState.OPEN, 7, 7)
+    assert (conn.state, conn.max_streams, conn.free_slots) == (ConnState.OPEN, 7, 6)
+
+
+async def test_a_stream_sent_behind_the_preface_fails_as_the_setup_does() -> None:
+    """The peer closes before its SETTINGS: the early stream fails with the words
+    the dial's own error has, and the connection offers no slot any more."""
+    conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
+    conn.connection_made(FakeTransport())
+    sink = RecordingSink()
+    conn.try_reserve().open(REQUEST, sink, end_stream=True)  # type: ignore[union-attr]
+    ready = asyncio.ensure_future(conn.wait_ready())
+    conn.connection_lost(None)
+    assert sink.error is not None and not sink.error.retryable
+    assert sink.error.detail == "connection closed by upstream before HTTP/2 SETTINGS"
+    with pytest.raises(UpstreamError, match="before HTTP/2 SETTINGS"):
+        await ready
+    assert conn.free_slots == 0 and conn.try_reserve() is None
 
 
 async def test_a_request_and_its_response() -> None:
