@@ -4,7 +4,9 @@ handler that records what the connection told it."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
+import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -153,6 +155,38 @@ async def test_pipelined_requests_wait_their_turn_with_reading_paused() -> None:
     second.answer(b"r2")
     out = await client.output()
     assert out.index(b"r1") < out.index(b"r2")
+
+
+async def test_every_request_of_one_read_waits_its_turn() -> None:
+    # Reading pauses at the second request, but the read in hand is parsed to its end.
+    client = Client()
+    client.send(b"".join(GET % i for i in range(5)))
+    assert [h.events for h in client.handlers] == [["start", "end"]] + [["end"]] * 4
+    assert not client.transport.reading
+    for i, handler in enumerate(client.handlers[:4]):
+        handler.answer(b"r%d" % i)
+        assert client.handlers[i + 1].events[-1] == "start"
+        assert client.transport.reading is (i == 3)  # once only one is left
+    client.handlers[4].answer(b"r4")
+    out = await client.output()
+    places = [out.index(b"r%d" % i) for i in range(5)]
+    assert places == sorted(places)
+
+
+async def test_a_lost_connection_is_freed_without_the_cyclic_collector() -> None:
+    # Its reader, deadline and output refer back to it; losing it undoes that.
+    client = Client()
+    client.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345")
+    client.handlers[0].writer.start(200, [])  # output queued, a response under way
+    gc.disable()
+    try:
+        client.conn.connection_lost(None)
+        gone = weakref.ref(client.conn)
+        del client.conn
+        client.handlers.clear()  # their writers refer to it too
+        assert gone() is None
+    finally:
+        gc.enable()
 
 
 async def test_malformed_head_is_answered_400_and_closed() -> None:
