@@ -111,6 +111,7 @@ class Deadline:
         self._timer.clear()
 
     def stop(self) -> None:
+        """No deadline any more: the connection is closing."""
         self._stopped = True
         self._timer.cancel()
 
@@ -240,7 +241,7 @@ class ClientConnection(asyncio.BufferedProtocol):
             self.pause_reading()
         return handler
 
-    def refuse(self, status: int, text: str) -> None:
+    def refuse(self, status: int, reason: str) -> None:
         """A request we will not forward: answer it once earlier responses are out,
         then close (what follows it on the connection cannot be trusted)."""
         if not self._reader.enter(ReadState.REJECTED):
@@ -248,8 +249,8 @@ class ClientConnection(asyncio.BufferedProtocol):
             # the same bytes: there is nobody to answer, nor a 400 to count.
             return
         # Set first: a response that ends while the handlers are told sends it.
-        self._rejection = (status, text)
-        log.info("client request rejected: %d %s", status, text)
+        self._rejection = (status, reason)
+        log.info("client request rejected: %d %s", status, reason)
         unfinished = self._reader.take_unfinished()
         if unfinished is None:  # a head: it ends here; a body's handler counts it
             self._stats.head_rejected(status)
