@@ -66,15 +66,27 @@ class RequestRejected(Exception):
         self.reason = reason
 
 
-class ResponseSink(Protocol):
-    """The connection a :class:`ResponseWriter` writes to."""
+#: Where a response began in its connection's output; only the output reads it.
+OutputMark = tuple[int, int]
 
-    write_paused: bool
-    flushes: int  # how many times queued output went to the socket
+
+class ResponseOutput(Protocol):
+    """Where a response's bytes queue until the connection writes them: the owner
+    of that queue, so the one to say whether a response can still be taken back."""
 
     def send(self, *parts: bytes) -> None: ...
-    def unqueue(self, mark: int) -> None: ...
-    def queued(self) -> int: ...
+    def mark(self) -> OutputMark: ...
+    def take_back(self, mark: OutputMark) -> bool: ...
+
+
+class ResponseSink(Protocol):
+    """The connection a :class:`ResponseWriter` answers on: its output, whether
+    the client's socket is full, and the end of the response's turn."""
+
+    write_paused: bool
+
+    @property
+    def output(self) -> ResponseOutput: ...
     def response_done(self, writer: ResponseWriter) -> None: ...
     def abort(self) -> None: ...
     def pause_reading(self) -> None: ...
@@ -154,7 +166,7 @@ class Request:
         self.content_length: int | None = None
         self.chunked = False
         self.body_complete = False
-        for name, value in headers:  # names are lowercase (the listener's doing)
+        for name, value in headers:  # names are lowercase (the reader's doing)
             if name == b"content-length":
                 self.content_length = int(value)  # llhttp has checked the digits
             elif name == b"transfer-encoding":
@@ -195,6 +207,7 @@ class ResponseWriter:
         "_keep_alive",
         "_mark",
         "_no_body",
+        "_output",
         "_request",
         "body_bytes",
         "finished",
@@ -203,11 +216,12 @@ class ResponseWriter:
 
     def __init__(self, conn: ResponseSink, request: Request) -> None:
         self._conn = conn
+        self._output = conn.output
         self._request = request
         self._chunked = False
         self._no_body = False
         self._keep_alive = False  # decided with the head; a response ended without one is broken
-        self._mark = (0, 0)
+        self._mark: OutputMark = (0, 0)
         self.started = False
         self.finished = False
         self.body_bytes = 0  # of the response body, as handed to the connection
@@ -224,7 +238,7 @@ class ResponseWriter:
 
     def send_continue(self) -> None:
         if not self.started and self._request.http_version == "1.1":
-            self._conn.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self._output.send(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def start(self, status: int, headers: list[Header], *, has_body: bool = True) -> None:
         """Status line and fields. Without ``Content-Length`` the body is chunked
@@ -234,7 +248,7 @@ class ResponseWriter:
     def _start(self, status: int, headers: list[Header], has_body: bool, error: bool) -> None:
         request = self._request
         self.started = True
-        self._mark = (self._conn.flushes, self._conn.queued())
+        self._mark = self._output.mark()
         self._no_body = request.method == b"HEAD" or status in (204, 304) or 100 <= status < 200
         has_length = False
         for name, _ in headers:  # (a loop: any() over a generator costs a frame per field)
@@ -259,32 +273,30 @@ class ResponseWriter:
         for name, value in headers:
             parts += (name, b": ", value, b"\r\n")
         parts.append(b"\r\n")
-        self._conn.send(b"".join(parts))
+        self._output.send(b"".join(parts))
 
     def write(self, data: bytes) -> None:
         if self._no_body or not data or self.finished:
             return
         self.body_bytes += len(data)
         if self._chunked:
-            self._conn.send(b"%x\r\n" % len(data), data, b"\r\n")
+            self._output.send(b"%x\r\n" % len(data), data, b"\r\n")
         else:
-            self._conn.send(data)
+            self._output.send(data)
 
     def end(self) -> None:
         if self.finished:
             return
         self.finished = True
         if self._chunked:
-            self._conn.send(b"0\r\n\r\n")
+            self._output.send(b"0\r\n\r\n")
         self._conn.response_done(self)
 
     def retract(self) -> bool:
         """Take back a response none of which has reached the socket yet, so an
         error response can take its place. False once any of it went out."""
-        flushes, queued = self._mark
-        if not self.started or self.finished or self._conn.flushes != flushes:
+        if not self.started or self.finished or not self._output.take_back(self._mark):
             return False
-        self._conn.unqueue(queued)
         self.started = False
         self.body_bytes = 0
         self._chunked = self._no_body = False

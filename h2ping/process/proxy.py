@@ -23,8 +23,9 @@ from ..forward.pool import Pool
 from ..forward.replay import ReplayPolicy
 from ..forward.retry import RetryBudget
 from ..http1.acceptor import Acceptor, ClientSet
-from ..http1.listener import ClientConnection, ListenerLimits, OutputFlusher
+from ..http1.listener import ClientConnection, ListenerLimits
 from ..http1.messages import Request, ResponseWriter
+from ..http1.output import OutputFlusher
 from ..http2.dial import load_ca_file
 from ..http2.engine import fastpaths
 from ..http2.upstream import ConnState

@@ -154,7 +154,7 @@ async def test_client_that_reads_nothing_pauses_its_connection() -> None:
         chunk = b"x" * 65536
         sent = 0
         while not conn.write_paused and sent < 64 * 1024 * 1024:
-            conn.send(b"%x\r\n" % len(chunk), chunk, b"\r\n")  # as a chunked response does
+            conn.output.send(b"%x\r\n" % len(chunk), chunk, b"\r\n")  # as a chunked response does
             sent += len(chunk) + 9
             await asyncio.sleep(0)  # the batch goes to the socket
         assert conn.write_paused, f"{sent} bytes handed to a client that reads nothing"

@@ -108,11 +108,18 @@ class Sink:
         for part in parts:
             self.out += part
 
-    def unqueue(self, mark: int) -> None:
-        del self.out[mark:]
+    @property
+    def output(self) -> Sink:  # its own output: it keeps the queue too
+        return self
 
-    def queued(self) -> int:
-        return len(self.out)
+    def mark(self) -> tuple[int, int]:
+        return (self.flushes, len(self.out))
+
+    def take_back(self, mark: tuple[int, int]) -> bool:
+        if mark[0] != self.flushes:
+            return False
+        del self.out[mark[1] :]
+        return True
 
     def response_done(self, writer: ResponseWriter) -> None:
         self.done = True

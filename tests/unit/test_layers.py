@@ -307,3 +307,75 @@ def test_an_upstream_connection_changes_state_through_its_table_only() -> None:
     assert set(_MOVES) == set(ConnState)
     assert not _MOVES[ConnState.CLOSED]  # the end is the end
     assert all(ConnState.CLOSED in moves for state, moves in _MOVES.items() if moves)
+
+
+# ------------------------------------------------------------------ rooms a reader can hold
+
+#: The most lines a class of the HTTP/1.1 side may span: each reads alone.
+MAX_CLASS_LINES = 250
+
+
+def long_classes(source: str, limit: int) -> list[str]:
+    """The classes of ``source`` longer than ``limit`` lines, with their length."""
+    return [
+        f"{node.name}: {node.end_lineno - node.lineno + 1} lines"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+def test_no_class_of_the_http1_side_is_over_250_lines() -> None:
+    found = {
+        path.name: classes
+        for path in sorted((PACKAGE / "http1").glob("*.py"))
+        if (classes := long_classes(path.read_text(), MAX_CLASS_LINES))
+    }
+    assert not found, found
+
+
+def test_the_size_guard_sees_a_long_class() -> None:
+    source = "class Long:\n" + "    x = 1\n" * 250
+    assert long_classes(source, MAX_CLASS_LINES) == ["Long: 251 lines"]
+    assert not long_classes(source, 251)
+
+
+#: Underscored names of the standard library's public API.
+PUBLIC_UNDERSCORED = {"_exit", "_replace"}  # os._exit, a namedtuple's _replace
+
+
+def others_private_reads(source: str) -> list[str]:
+    """Where ``source`` reaches into another object's private attribute (``x._name``,
+    ``x`` not ``self`` or ``cls``) that its own module does not define: the state of
+    a class of another module, which that class alone should touch."""
+    tree = ast.parse(source)
+    own = _defined_names(tree)
+    return [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        and node.attr not in own | PUBLIC_UNDERSCORED
+    ]
+
+
+def test_no_module_reaches_into_another_modules_private_state() -> None:
+    """One owner for each piece of state: a response writer, say, asks the
+    connection's output to take a response back; it reads none of its queue.
+    (The seam reaches into h2's by design: the tests above hold it.)"""
+    found = {
+        name: reads
+        for name, path in MODULES.items()
+        if not name.startswith(SEAM) and (reads := others_private_reads(path.read_text()))
+    }
+    assert not found, found
+
+
+def test_the_private_state_guard_sees_a_reach() -> None:
+    assert others_private_reads("def f(writer):\n    return writer._output._flushes\n")
+    assert others_private_reads("def f(conn):\n    conn._out.clear()\n")
+    owner = "class Q:\n    def __init__(self):\n        self._out = []\n"
+    assert not others_private_reads(owner + "def f(q):\n    return q._out\n")

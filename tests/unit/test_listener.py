@@ -4,14 +4,17 @@ handler that records what the connection told it."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
+import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
 
-from h2ping.http1.listener import ClientConnection, ListenerLimits, ReadState
+from h2ping.http1.listener import ClientConnection, ListenerLimits
 from h2ping.http1.messages import Request, ResponseWriter
+from h2ping.http1.reader import ReadState, RequestReader
 from h2ping.stats import Stats
 
 from ..fakes import FakeTransport
@@ -104,17 +107,17 @@ async def test_keep_alive_serves_requests_one_after_another() -> None:
 async def test_the_parser_is_let_go_between_keep_alive_requests() -> None:
     # A connection waiting on its response, or idle, holds no parser (~900 bytes).
     client = Client()
-    assert client.conn._parser is None  # none before the first byte either
+    assert client.conn._reader._parser is None  # none before the first byte either
     client.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
-    assert client.conn._parser is not None  # a body is arriving
+    assert client.conn._reader._parser is not None  # a body is arriving
     client.send(b"cd")
-    assert client.conn._parser is None
+    assert client.conn._reader._parser is None
     client.handlers[0].answer()
     await client.output()
     client.send(b"GET / HTTP/1.1\r\nHo")  # a head arriving in pieces keeps its parser
-    assert client.conn._parser is not None
+    assert client.conn._reader._parser is not None
     client.send(b"st: x\r\n\r\n")
-    assert client.conn._parser is None
+    assert client.conn._reader._parser is None
     assert [h.events for h in client.handlers] == [["start", b"ab", b"cd", "end"], ["start", "end"]]
 
 
@@ -123,7 +126,7 @@ async def test_after_a_request_that_asked_to_close_what_follows_is_refused() -> 
     # a new one would read them as a request.
     client = Client()
     client.send(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    assert client.conn._parser is not None
+    assert client.conn._reader._parser is not None
     client.send(GET % 2)
     assert len(client.handlers) == 1
     client.handlers[0].answer()
@@ -152,6 +155,38 @@ async def test_pipelined_requests_wait_their_turn_with_reading_paused() -> None:
     second.answer(b"r2")
     out = await client.output()
     assert out.index(b"r1") < out.index(b"r2")
+
+
+async def test_every_request_of_one_read_waits_its_turn() -> None:
+    # Reading pauses at the second request, but the read in hand is parsed to its end.
+    client = Client()
+    client.send(b"".join(GET % i for i in range(5)))
+    assert [h.events for h in client.handlers] == [["start", "end"]] + [["end"]] * 4
+    assert not client.transport.reading
+    for i, handler in enumerate(client.handlers[:4]):
+        handler.answer(b"r%d" % i)
+        assert client.handlers[i + 1].events[-1] == "start"
+        assert client.transport.reading is (i == 3)  # once only one is left
+    client.handlers[4].answer(b"r4")
+    out = await client.output()
+    places = [out.index(b"r%d" % i) for i in range(5)]
+    assert places == sorted(places)
+
+
+async def test_a_lost_connection_is_freed_without_the_cyclic_collector() -> None:
+    # Its reader, deadline and output refer back to it; losing it undoes that.
+    client = Client()
+    client.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345")
+    client.handlers[0].writer.start(200, [])  # output queued, a response under way
+    gc.disable()
+    try:
+        client.conn.connection_lost(None)
+        gone = weakref.ref(client.conn)
+        del client.conn
+        client.handlers.clear()  # their writers refer to it too
+        assert gone() is None
+    finally:
+        gc.enable()
 
 
 async def test_malformed_head_is_answered_400_and_closed() -> None:
@@ -311,25 +346,37 @@ MOVES = {
 async def test_every_listed_move_is_allowed_and_no_other(
     before: ReadState, after: ReadState
 ) -> None:
-    conn = Client().conn
-    conn.state = before
+    reader = Client().conn._reader
+    reader.state = before
     allowed = (before, after) in MOVES
-    assert conn._enter(after) is allowed
-    assert conn.state is (after if allowed else before)
+    assert reader.enter(after) is allowed
+    assert reader.state is (after if allowed else before)
+
+
+class RecordingReader(RequestReader):
+    """Keeps each move asked of it: from, to, and whether it was made."""
+
+    def __init__(self, events: Any) -> None:
+        super().__init__(events)
+        self.asked: list[tuple[ReadState, ReadState, bool]] = []
+
+    def enter(self, state: ReadState) -> bool:
+        before = self.state
+        made = super().enter(state)
+        self.asked.append((before, state, made))
+        return made
 
 
 class Recording(ClientConnection):
-    """Keeps each move asked of it: from, to, and whether it was made."""
+    """A connection whose reader keeps each move asked of it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.asked: list[tuple[ReadState, ReadState, bool]] = []
+        self._reader = RecordingReader(self)
 
-    def _enter(self, state: ReadState) -> bool:
-        before = self.state
-        made = super()._enter(state)
-        self.asked.append((before, state, made))
-        return made
+    @property
+    def asked(self) -> list[tuple[ReadState, ReadState, bool]]:
+        return cast(RecordingReader, self._reader).asked
 
 
 CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n"
@@ -365,6 +412,10 @@ def response_begun(client: Client) -> None:
     client.conn._factory = factory
 
 
+def head_too_slow(client: Client) -> None:
+    client.conn._deadline._expired()  # as its timer fires
+
+
 def nothing(client: Client) -> None:
     pass
 
@@ -375,7 +426,7 @@ SCENARIOS: dict[str, tuple[Callable[[Client], None], bytes, Callable[[Client], N
     "kept alive, then idle": (nothing, GET % 1, answer_then_close_if_idle),
     "bytes after Connection: close": (nothing, GET_CLOSE + b"GET / HTTP/1.1\r\n", answer_first),
     "bad head": (nothing, b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n", nothing),
-    "head too slow": (nothing, b"GET / HTTP/1.1\r\n", lambda client: client.conn._on_timer()),
+    "head too slow": (nothing, b"GET / HTTP/1.1\r\n", head_too_slow),
     "gone mid-head": (nothing, b"GET / HTTP/1.1\r\n", lost),
     "bad body": (nothing, POST_CHUNKED + b"zz\r\n", nothing),
     "gone mid-body": (nothing, POST_10, lost),

@@ -38,13 +38,13 @@ async def test_one_callback_writes_every_connection_once(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(loop, "call_soon", counting_call_soon)
     for i, conn in enumerate(conns):
-        conn.send(b"a%d " % i, b"b")
-        conn.send(b"c")
+        conn.output.send(b"a%d " % i, b"b")
+        conn.output.send(b"c")
     assert all(not t.writes for t in transports)  # nothing before the loop turns
     assert len(scheduled) == 1
     await asyncio.sleep(0)
     assert [t.writes for t in transports] == [[b"a%d bc" % i] for i in range(50)]
-    conns[3].send(b"next")  # a later iteration gets a callback of its own
+    conns[3].output.send(b"next")  # a later iteration gets a callback of its own
     assert len(scheduled) == 2
     await asyncio.sleep(0)
     assert transports[3].writes == [b"a3 bc", b"next"]
@@ -58,7 +58,7 @@ async def test_a_failing_connection_is_cut_and_the_others_still_written() -> Non
         FakeTransport(strict=False),
     )
     for transport in (good, bad, other):
-        connection(flusher, transport).send(b"x")
+        connection(flusher, transport).output.send(b"x")
     await asyncio.sleep(0)
     assert good.writes == other.writes == [b"x"]
     assert bad.aborted and not bad.writes

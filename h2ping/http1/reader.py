@@ -1,0 +1,308 @@
+"""Reading the requests of one client connection.
+
+httptools (llhttp) parses; its callbacks land on a :class:`RequestReader`, which
+builds each :class:`~h2ping.http1.messages.Request`, hands it to its connection
+for a handler, and feeds that handler the body. Where the reading stands is one
+:class:`ReadState`, and every move between the states is in one table
+(``_MOVES``). When a request is answered, and whether the connection goes on,
+is the connection's (:mod:`.listener`).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Protocol
+
+import httptools
+
+from ..fields import Header
+from .messages import MAX_HEAD_BYTES, MAX_TARGET_BYTES, Request, RequestRejected, check_head
+
+log = logging.getLogger("h2ping.listener")
+
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n"
+
+
+class RequestHandler(Protocol):
+    """What the listener needs from whoever forwards a request.
+
+    The handler counts the request's outcome, except for a head the listener
+    refuses (no handler exists then): ``cancel`` means the client went away,
+    ``reject`` that the listener answers the request itself (its body was bad).
+    """
+
+    def start(self) -> None: ...
+    def feed_body(self, data: bytes) -> None: ...
+    def end_body(self) -> None: ...
+    def client_drained(self) -> None: ...
+    def cancel(self) -> None: ...
+    def reject(self, status: int) -> None: ...
+
+
+class ReadEvents(Protocol):
+    """What a reader tells its connection: a head began (its deadline starts), a
+    head is whole and valid (the connection makes its handler, which the body
+    goes to), or what was read cannot be forwarded (answer ``status``, then close)."""
+
+    def head_begun(self) -> None: ...
+    def request_read(self, request: Request) -> RequestHandler: ...
+    def refuse(self, status: int, reason: str) -> None: ...
+
+
+class ReadState(enum.Enum):
+    """What the next bytes read from a client are, one state at a time."""
+
+    BETWEEN = "between requests"  # the next byte begins a request head
+    HEAD = "head"  # a request head is arriving (header_timeout runs, once it is its turn)
+    BODY = "body"  # the body of the request being read (or none: its end is due)
+    #: An Upgrade request with a body: llhttp calls the bytes after the head
+    #: "upgraded", so the body waits for a fresh parser, primed with a synthetic
+    #: head whose callbacks are ignored (UPGRADED_BODY).
+    UPGRADING = "upgrading"
+    UPGRADED_BODY = "upgraded body"
+    REJECTED = "rejected"  # a malformed request awaits its answer; nothing more is read
+    CLOSED = "closed"  # closing or closed: nothing more is read or written
+
+    # Members are singletons: hash them by identity. Enum's own hash runs Python
+    # code, and the move table below is looked up several times per request.
+    __hash__ = object.__hash__
+
+
+_S = ReadState
+
+#: Every move between read states, in one view: ``RequestReader.enter`` makes
+#: these and refuses the rest. Refused are the moves the parser asks for after
+#: reading has ended (a response closed the connection while the parser went on
+#: through the same bytes). Any state but CLOSED may close: the client may go,
+#: and the proxy may stop, at any time.
+_MOVES: dict[ReadState, frozenset[ReadState]] = {
+    # HEAD at a request's first byte; REJECTED for bytes after a request that
+    # asked to close (llhttp reads no further)
+    _S.BETWEEN: frozenset({_S.HEAD, _S.REJECTED, _S.CLOSED}),
+    # BODY once the head is whole; REJECTED for a bad head, too large or too slow
+    _S.HEAD: frozenset({_S.BODY, _S.REJECTED, _S.CLOSED}),
+    # BETWEEN at the body's end (no body: at once); UPGRADING at the end of an
+    # Upgrade's head that has a body; REJECTED for a bad body
+    _S.BODY: frozenset({_S.BETWEEN, _S.UPGRADING, _S.REJECTED, _S.CLOSED}),
+    # UPGRADED_BODY in the same read, as a fresh parser takes the body
+    _S.UPGRADING: frozenset({_S.UPGRADED_BODY, _S.CLOSED}),
+    # BETWEEN at the body's end; REJECTED for a bad body
+    _S.UPGRADED_BODY: frozenset({_S.BETWEEN, _S.REJECTED, _S.CLOSED}),
+    # once the earlier responses are out: the answer, then CLOSED
+    _S.REJECTED: frozenset({_S.CLOSED}),
+    _S.CLOSED: frozenset(),
+}
+
+
+class _Gone:
+    """The events of a connection that is gone: no parser is left to report any."""
+
+    def head_begun(self) -> None:
+        pass
+
+    def request_read(self, request: Request) -> RequestHandler:
+        raise AssertionError("a request read after its connection was lost")
+
+    def refuse(self, status: int, reason: str) -> None:
+        pass
+
+
+_GONE = _Gone()
+
+
+class RequestReader:
+    """Parses one connection's requests and keeps its :class:`ReadState`.
+
+    The connection moves it to REJECTED and CLOSED (through :meth:`enter`, as the
+    reader makes its own moves), and reads :attr:`state`; nothing else is shared.
+    """
+
+    __slots__ = (
+        "_events",
+        "_head_bytes",
+        "_head_size",
+        "_headers",
+        "_parser",
+        "_parser_done",
+        "_raised",
+        "_reading",
+        "_url",
+        "state",
+    )
+
+    def __init__(self, events: ReadEvents) -> None:
+        self._events = events
+        # Made at a request's first bytes and let go between keep-alive requests
+        # (see feed): a parser is some 900 bytes, a connection waiting on its
+        # response or idle needs none, and a new one costs a third of a microsecond.
+        self._parser: httptools.HttpRequestParser | None = None
+        self._parser_done = False  # the parser's last request ended, and kept the connection
+        self.state = ReadState.BETWEEN
+        # Parse state of the request being read.
+        self._url = b""
+        self._headers: list[Header] = []
+        self._head_bytes = 0  # bytes read while a head is unfinished (bounds partial heads)
+        self._head_size = 0  # exact size of the parsed request line and fields
+        #: The request whose body is being read: set at its head's end, cleared at its own.
+        self._reading: tuple[RequestHandler, Request] | None = None
+        self._raised: RequestRejected | None = None  # by a parser callback, as it left
+
+    def enter(self, state: ReadState) -> bool:
+        """Move to ``state`` if the table of moves (``_MOVES``) allows it from here;
+        every change of state goes through here. False if refused."""
+        if state in _MOVES[self.state]:
+            self.state = state
+            return True
+        return False
+
+    def feed(self, data: bytes | memoryview) -> None:
+        """Parse bytes read from the client; none once reading has ended."""
+        state = self.state
+        if state is ReadState.CLOSED or state is ReadState.REJECTED:
+            return
+        if state is ReadState.BETWEEN or state is ReadState.HEAD:
+            self._head_bytes += len(data)
+        parser = self._parser
+        if parser is None:
+            parser = self._parser = httptools.HttpRequestParser(self)
+        self._parser_done = False
+        try:
+            parser.feed_data(data)
+        except httptools.HttpParserUpgrade as exc:
+            self._after_upgrade(data[exc.args[0] :])
+            return
+        except httptools.HttpParserCallbackError as exc:
+            # httptools sets __context__ to what our callback raised; a rejection
+            # is also kept by the callback, so it is told right without that.
+            raised, self._raised = self._raised or exc.__context__, None
+            if isinstance(raised, RequestRejected):
+                self._events.refuse(raised.status, raised.reason)
+            else:
+                log.error("internal error while reading a request", exc_info=raised or exc)
+                self._events.refuse(500, "internal error while reading the request")
+            return
+        except httptools.HttpParserError as exc:
+            start = bytes(data[:16])
+            if start.startswith(_H2_PREFACE[:3]) and _H2_PREFACE.startswith(start):
+                self._events.refuse(400, "HTTP/2 connection preface on an HTTP/1.1 port")
+            else:
+                self._events.refuse(400, f"malformed HTTP/1.1 request: {exc}")
+            return
+        if self.state is ReadState.HEAD and self._head_bytes > MAX_HEAD_BYTES:
+            self._events.refuse(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+        elif self._parser_done and self.state is ReadState.BETWEEN:
+            # At a keep-alive request's end a parser is as a new one is. (After
+            # one that asked to close it is not: it refuses what follows.)
+            self._parser = None
+
+    def take_unfinished(self) -> RequestHandler | None:
+        """Let go of the request whose body was still arriving (it is refused, or
+        its client went away): its handler, or None if no body was arriving."""
+        if self._reading is None:
+            return None
+        handler = self._reading[0]
+        self._reading = None
+        return handler
+
+    def close(self) -> None:
+        """The connection is gone: read nothing more, and let go of the parser and
+        of the connection, which both refer back here."""
+        self.enter(ReadState.CLOSED)
+        self._parser = None
+        self._events = _GONE
+
+    # ----------------------------------------------------------------- parser callbacks
+
+    def on_message_begin(self) -> None:
+        if self.state is ReadState.UPGRADED_BODY:
+            return
+        self.enter(ReadState.HEAD)
+        self._url = b""
+        self._headers = []
+        self._head_size = 0
+        self._events.head_begun()
+
+    def on_url(self, url: bytes) -> None:
+        if self.state is ReadState.UPGRADED_BODY:
+            return
+        self._url += url
+        self._head_size += len(url)
+        if len(self._url) > MAX_TARGET_BYTES:
+            raise self._raising(
+                RequestRejected(414, f"request target longer than {MAX_TARGET_BYTES} bytes")
+            )
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.state is ReadState.UPGRADED_BODY:
+            return
+        # Lowercased once here: HTTP/2 wants it, and every later rule compares it.
+        self._headers.append((name.lower(), value))
+        self._head_size += len(name) + len(value) + 4  # ": " and CRLF
+        if self._head_size > MAX_HEAD_BYTES:
+            raise self._raising(
+                RequestRejected(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+            )
+
+    def _raising(self, rejection: RequestRejected) -> RequestRejected:
+        self._raised = rejection
+        return rejection
+
+    def on_headers_complete(self) -> None:
+        if self.state is ReadState.UPGRADED_BODY:
+            return
+        parser = self._parser
+        assert parser is not None  # it is feeding us
+        self._head_bytes = 0
+        method = parser.get_method()
+        version = parser.get_http_version()
+        try:
+            check_head(method, version, self._headers)
+        except RequestRejected as rejection:
+            self._raised = rejection
+            raise
+        request = Request(method, self._url, self._headers, version, parser.should_keep_alive())
+        request.upgrade = parser.should_upgrade()
+        # BODY before the handler starts: a response that ends at once (and
+        # closes the connection) moves on from here.
+        self.enter(ReadState.BODY)
+        self._reading = (self._events.request_read(request), request)
+
+    def on_body(self, body: bytes) -> None:
+        if self._reading is not None:
+            self._reading[0].feed_body(body)
+
+    def on_message_complete(self) -> None:
+        if self._reading is None:
+            return
+        handler, request = self._reading
+        if request.upgrade and request.has_body and self.state is not ReadState.UPGRADED_BODY:
+            # llhttp stops here and calls the rest "upgraded"; the body is ours.
+            self.enter(ReadState.UPGRADING)
+            return
+        self.enter(ReadState.BETWEEN)
+        self._reading = None
+        request.body_complete = True
+        self._parser_done = request.wants_keep_alive
+        handler.end_body()
+
+    # ----------------------------------------------------------------- Upgrade
+
+    def _after_upgrade(self, rest: bytes | memoryview) -> None:
+        """``Upgrade`` is hop-by-hop and is not acted on: keep reading HTTP/1.1.
+
+        A body after an Upgrade head goes to a fresh parser, which must first be
+        told the body's framing: a synthetic head says it, and its callbacks are
+        ignored (UPGRADED_BODY) so that the body reaches the request being read."""
+        self._parser = httptools.HttpRequestParser(self)
+        if self.state is ReadState.UPGRADING and self._reading is not None:
+            request = self._reading[1]
+            framing = (
+                b"Transfer-Encoding: chunked"
+                if request.chunked
+                else b"Content-Length: %d" % (request.content_length or 0)
+            )
+            self.enter(ReadState.UPGRADED_BODY)
+            self._parser.feed_data(b"POST / HTTP/1.1\r\n" + framing + b"\r\n\r\n")
+        if rest:
+            self.feed(rest)
