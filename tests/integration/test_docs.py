@@ -225,7 +225,7 @@ def default_is(name: str, documented: str) -> bool:
     else:
         return documented == "required"
     try:
-        value = flag.convert(documented)
+        value = flag.type.parse(documented)
     except ValueError:
         return False
     return bool(value == default or str(default) == documented)
