@@ -1,8 +1,9 @@
 """Settings: one frozen dataclass, validated on construction.
 
-This is the only place where defaults live. The command line (``flags.py``) and
-the embedding API both build a :class:`Config`; every check of a value happens
-here so both get the same errors.
+Each setting is declared once, on its field of :class:`Config` (see
+:mod:`h2ping.settings`): its default, type, rules, help and documentation, and the
+Go binary's meaning for values it refuses. The command line (``process/flags.py``)
+and the embedding API both build a :class:`Config`, so both get the same errors.
 """
 
 from __future__ import annotations
@@ -10,25 +11,32 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from .settings import (
+    FINITE,
+    ConfigError,
+    Given,
+    GoMeaning,
+    GoType,
+    below,
+    between,
+    greater_than_zero,
+    not_negative,
+    one_of,
+    setting,
+    settings_class,
+)
 
 #: AWS Global Accelerator cuts a flow after this long without application bytes.
 MIDDLEBOX_IDLE_SECONDS = 340.0
 #: The load balancer behind it closes client connections at about this age: a
 #: max-conn-age at or above it lets that GOAWAY, not ours, retire connections.
 MAX_CONN_AGE_CEILING_SECONDS = 3600.0
-
-
-class ConfigError(ValueError):
-    """A setting has a bad value. ``setting`` names it, the message says why."""
-
-    def __init__(self, setting: str, message: str) -> None:
-        super().__init__(f"{setting}: {message}")
-        self.setting = setting
-        self.reason = message
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)", re.ASCII)
@@ -232,104 +240,415 @@ def parse_upstream(text: str) -> Upstream:
     )
 
 
+# --- Go's flag types, and values read from text after parsing ----------------------------
+
+
+def parse_bool(text: str) -> bool:
+    # Exactly the spellings Go's strconv.ParseBool accepts.
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    raise ValueError(f"invalid boolean value {text!r}: use true or false")
+
+
+_INT_DIGITS = {2: "01", 8: "01234567", 10: "0123456789", 16: "0123456789abcdefABCDEF"}
+_INT_PREFIXES = {"0x": 16, "0b": 2, "0o": 8}
+
+
+def parse_int(text: str) -> int:
+    """Go's ``strconv.ParseInt(text, 0, 64)``, which the flag package uses: an optional
+    sign, ``0x``/``0b``/``0o`` or a leading ``0`` (octal) for the base, and ``_``
+    between digits."""
+    sign = text[:1] if text[:1] in "+-" else ""
+    body = text[len(sign) :]
+    base = _INT_PREFIXES.get(body[:2].lower(), 0)
+    if base:
+        lead, digits = "0", body[2:]  # the prefix counts as a digit before an "_"
+    elif body[:1] == "0" and len(body) > 1:
+        base, lead, digits = 8, "0", body[1:]
+    else:
+        base, lead, digits = 10, "", body
+    plain = digits.replace("_", "")
+    separated = "_" not in digits or not re.search(r"^_|__|_$", lead + digits)
+    if not plain or not separated or any(c not in _INT_DIGITS[base] for c in plain):
+        raise ValueError(f"invalid integer {text!r}: expected a whole number")
+    value = int(sign + plain, base)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"invalid integer {text!r}: out of range")
+    return value  # a negative value is for the setting to interpret
+
+
+BOOL = GoType(parse_bool, takes_argument=False)
+INT = GoType(parse_int)
+DURATION = GoType(parse_duration, rules=(FINITE,))
+TEXT = GoType(str)
+
+
+# Values read from a text flag once it is parsed, as the Go binary's main() reads its
+# string flags: a ValueError here exits 1, not 2.
+
+
+def readable_file(text: str) -> str | None:
+    if not text:
+        return None  # an empty value means "not given", as in the Go binary
+    try:  # open() rather than os.access(): the latter says yes to root for any file
+        with open(text, "rb"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"cannot read {text!r}: {exc.strerror or exc}") from None
+    return text
+
+
+def upstream_without_credentials(text: str) -> Upstream:
+    # The Go binary never sends a URL's user:password (SetURL does not copy it): drop
+    # it here too, rather than refuse a command line that works there, and say so
+    # (_credentials_not_sent).
+    parts = urlsplit(text.strip())
+    if "@" in parts.netloc:
+        text = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return parse_upstream(text)
+
+
+def optional_listen(text: str) -> HostPort | None:
+    return parse_listen(text) if text else None  # empty: none, as by default
+
+
+def optional_text(text: str) -> str | None:
+    return text or None  # empty: none, as when not given
+
+
+# --- the Go binary's meaning for values Config refuses --------------------------------------
+
+#: What the HTTP/2 transport of the Go binary uses for a PING timeout of 0 or less.
+GO_DEFAULT_PING_TIMEOUT = 15.0
+
+
+def _negative(value: float) -> bool:
+    return value < 0
+
+
+def _go_takes(value: float, why: str, when: Callable[[float], bool] = _negative) -> GoMeaning:
+    """Values that ``when`` picks are taken as ``value``, with a note saying ``why``."""
+    shown = format_duration(value) if isinstance(value, float) else str(value)
+
+    def meaning(given: Given) -> tuple[Any, str | None]:
+        if when(given.value):
+            return value, f"{given.source} {given.raw}: taken as {shown}, {why}"
+        return given.value, None
+
+    return meaning
+
+
+def _no_ping_flood(given: Given) -> tuple[Any, str | None]:
+    # Go's transport would PING after every frame it reads: a PING flood. Refused.
+    if given.value < 0:
+        raise ValueError("must not be negative (0 disables PINGs)")
+    return given.value, None
+
+
+def _past_keep_alive(given: Given) -> tuple[Any, str | None]:
+    if given.value < MAX_CONN_AGE_CEILING_SECONDS:
+        return given.value, None
+    return given.value, (
+        f"{given.source} {given.raw} is not below "
+        f"{format_duration(MAX_CONN_AGE_CEILING_SECONDS)}, the usual load-balancer "
+        "keep-alive: its GOAWAY may end connections first"
+    )
+
+
+def _credentials_not_sent(given: Given) -> tuple[Any, str | None]:
+    if "@" not in urlsplit(given.raw.strip()).netloc:
+        return given.value, None
+    return given.value, (
+        f"{given.source}: the credentials in the URL are not sent (nor are they by the Go "
+        "binary); send an Authorization header from the client instead"
+    )
+
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 
 
-@dataclass(frozen=True)
+@settings_class
 class Config:
-    upstream: Upstream
-    listen: HostPort = field(default_factory=lambda: HostPort("127.0.0.1", 1250))
-    ping_interval: float = 60.0
-    ping_timeout: float = 15.0
-    shutdown_grace: float = 60.0
-    retry_body_limit: int = 16 * 1024 * 1024
-    max_conn_age: float = 50 * 60.0
-    # Close a connection that has carried no stream this long, as Go's transport does.
-    idle_conn_timeout: float = 90.0
-    # The sum of all retry buffers; about average body size x requests in flight.
-    max_buffered_bytes: int = 1024 * 1024 * 1024
+    """Every setting of the proxy, each declared once: the command line, its
+    ``H2PING_*`` variables, ``--help`` and the README's flags table follow these."""
+
+    upstream: Upstream = setting(
+        type=TEXT,
+        group="Required",
+        metavar="URL",
+        help="https://host[:port][/base]; http:// means h2c",
+        doc="`https://host[:port][/base/path][?query]`. `http://` means h2c with prior knowledge",
+        read=upstream_without_credentials,
+        go_meanings=[_credentials_not_sent],
+    )
+    listen: HostPort = setting(
+        default_factory=lambda: HostPort("127.0.0.1", 1250),
+        type=TEXT,
+        group="Listener",
+        metavar="host:port",
+        help="where HTTP/1.1 clients connect",
+        doc="HTTP/1.1 listener; h2ping warns when it is not loopback, because there is no "
+        "authentication. The Go binary's default is `127.0.0.1:8080` (see [In place of "
+        "the Go binary](docs/go-binary.md))",
+        read=parse_listen,
+    )
+    workers: int = setting(
+        default=1,
+        type=INT,
+        group="Listener",
+        metavar="n",
+        help="processes serving the one listening socket",
+        doc="processes serving the one listening socket, each with its own upstream "
+        "connections (see [Running it](docs/running.md#-workers))",
+        rules=[between(1, 256)],
+    )
+    header_timeout: float = setting(
+        default=30.0,
+        type=DURATION,
+        group="Listener",
+        metavar="duration",
+        help="a request head must arrive within this, else 408",
+        doc="a request head must arrive within this, else `408` and close",
+        rules=[greater_than_zero()],
+    )
+    client_idle_timeout: float = setting(
+        default=600.0,
+        type=DURATION,
+        group="Listener",
+        metavar="duration",
+        help="close a kept-alive client connection idle this long",
+        doc="close a kept-alive client connection idle this long",
+        rules=[greater_than_zero()],
+    )
+    connect_timeout: float = setting(
+        default=10.0,
+        type=DURATION,
+        group="Upstream",
+        metavar="duration",
+        help="limit for TCP + TLS + HTTP/2 setup",
+        doc="TCP + TLS + HTTP/2 setup limit",
+        rules=[greater_than_zero()],
+    )
+    ca_file: str | None = setting(
+        default=None,
+        type=TEXT,
+        group="Upstream",
+        metavar="path",
+        help="also trust the CA certificates in this PEM file",
+        doc="extra trust roots (PEM)",
+        read=readable_file,
+        shown_default="none",
+    )
     # Our SETTINGS_MAX_HEADER_LIST_SIZE: a response over it fails its stream only.
-    max_response_header_bytes: int = 256 * 1024
+    max_response_header_bytes: int = setting(
+        default=256 * 1024,
+        type=INT,
+        group="Upstream",
+        metavar="n",
+        help="a larger response header list gets a 502",
+        doc="our `SETTINGS_MAX_HEADER_LIST_SIZE`; a response whose header list is larger "
+        "gets its request a `502`, and only that request",
+        rules=[between(1, 2**32 - 1)],  # a SETTINGS value has 32 bits
+    )
     # Each stream's receive window grows with the link's bandwidth-delay product up to
     # this (http2/windows.py): what a slow client's stream may have buffered for it.
-    max_receive_window: int = 16 * 1024 * 1024
+    max_receive_window: int = setting(
+        default=16 * 1024 * 1024,
+        type=INT,
+        group="Upstream",
+        metavar="bytes",
+        help="receive window per stream grows up to this",
+        doc="each response stream's HTTP/2 receive window grows with the link's measured "
+        "bandwidth-delay product up to this; also what a slow client's stream may have "
+        "buffered for it (see [Connections](docs/connections.md#receive-windows))",
+        rules=[between(65535, 2**31 - 1)],  # h2's least window, and 31 bits
+    )
     # At most this many streams on one connection, below the peer's own limit, so
     # that one dead connection fails fewer requests; 0: the peer's limit alone.
-    max_streams_per_conn: int = 0
-    insecure_skip_verify: bool = False
-    ca_file: str | None = None
-    connect_timeout: float = 10.0
-    workers: int = 1  # processes serving one listening socket
-    loop_lag_interval: float = 0.0  # tick for measuring event-loop lag; 0 disables
-    header_timeout: float = 30.0  # a request head must arrive within this, else 408
-    client_idle_timeout: float = 600.0  # close kept-alive client connections idle this long
-    name: str = ""
-    log_level: str = "info"
-    log_format: str = "text"  # "json": one object per line
-    # One line per finished request, in log_format, to this file ("-": stderr); None: off.
-    access_log: str | None = None
-    # /healthz, /readyz and /metrics; None serves none of them.
-    admin_listen: HostPort | None = None
-    # The command writes its PID here once it listens (for a supervisor); Proxy ignores it.
-    ready_file: str | None = None
-
-    def __post_init__(self) -> None:
-        for setting, value in (
-            ("ping-interval", self.ping_interval),
-            ("ping-timeout", self.ping_timeout),
-            ("shutdown-grace", self.shutdown_grace),
-            ("max-conn-age", self.max_conn_age),
-            ("idle-conn-timeout", self.idle_conn_timeout),
-            ("connect-timeout", self.connect_timeout),
-            ("header-timeout", self.header_timeout),
-            ("loop-lag-interval", self.loop_lag_interval),
-            ("client-idle-timeout", self.client_idle_timeout),
-        ):
-            if value != value or value in (float("inf"), float("-inf")):
-                raise ConfigError(setting, "must be a finite duration")
-        if self.ping_interval < 0:
-            raise ConfigError("ping-interval", "must not be negative")
-        if self.ping_interval >= MIDDLEBOX_IDLE_SECONDS:
-            raise ConfigError(
-                "ping-interval",
+    max_streams_per_conn: int = setting(
+        default=0,
+        type=INT,
+        group="Upstream",
+        metavar="n",
+        help="streams per connection at most; 0: the server's limit",
+        doc="open at most this many streams on one upstream connection, and more "
+        "connections instead, so that one dead connection fails at most this many "
+        "requests; `0` uses the server's limit alone (`SETTINGS_MAX_CONCURRENT_STREAMS`, "
+        "100 or 128 on most)",
+        rules=[between(0, 2**31 - 1, "0: the server's limit")],
+    )
+    insecure_skip_verify: bool = setting(
+        default=False,
+        type=BOOL,
+        group="Upstream",
+        metavar="",
+        help="skip the upstream's certificate checks; tests only",
+        doc="skip upstream certificate checks (tests only)",
+    )
+    ping_interval: float = setting(
+        default=60.0,
+        type=DURATION,
+        group="Liveness",
+        metavar="duration",
+        help="PING after this much silence; <340s, 0 disables",
+        doc="send a PING after this long with nothing read; must stay below 340s; `0` disables",
+        rules=[
+            not_negative(),
+            below(
+                MIDDLEBOX_IDLE_SECONDS,
                 f"must be below {MIDDLEBOX_IDLE_SECONDS:g}s, the middlebox idle timer "
                 "(0 disables PINGs)",
+            ),
+        ],
+        go_meanings=[_no_ping_flood],
+    )
+    ping_timeout: float = setting(
+        default=15.0,
+        type=DURATION,
+        group="Liveness",
+        metavar="duration",
+        help="a connection silent this long after a PING is dead",
+        doc="a connection that sends nothing at all this long after a PING is dead",
+        rules=[greater_than_zero()],
+        go_meanings=[
+            _go_takes(
+                GO_DEFAULT_PING_TIMEOUT,
+                "the default the Go binary's HTTP/2 transport uses for it",
+                when=lambda value: value <= 0,
             )
-        if self.ping_timeout <= 0:
-            raise ConfigError("ping-timeout", "must be greater than 0")
-        if self.shutdown_grace < 0:
-            raise ConfigError("shutdown-grace", "must not be negative")
-        if self.retry_body_limit < 0:
-            raise ConfigError("retry-body-limit", "must not be negative (0 disables)")
-        if self.max_conn_age < 0:
-            raise ConfigError("max-conn-age", "must not be negative (0s disables)")
-        if self.idle_conn_timeout < 0:
-            raise ConfigError("idle-conn-timeout", "must not be negative (0 keeps them)")
-        if self.max_buffered_bytes < 0:
-            raise ConfigError("max-buffered-bytes", "must not be negative (0 keeps no bodies)")
-        if not 1 <= self.max_response_header_bytes <= 2**32 - 1:
-            raise ConfigError("max-response-header-bytes", "must be between 1 and 4294967295")
-        if not 65535 <= self.max_receive_window <= 2**31 - 1:
-            raise ConfigError("max-receive-window", "must be between 65535 and 2147483647")
-        if not 0 <= self.max_streams_per_conn <= 2**31 - 1:
-            raise ConfigError(
-                "max-streams-per-conn", "must be between 0 and 2147483647 (0: the server's limit)"
-            )
-        if not 1 <= self.workers <= 256:
-            raise ConfigError("workers", "must be between 1 and 256")
-        if self.loop_lag_interval < 0:
-            raise ConfigError("loop-lag-interval", "must not be negative (0 disables)")
-        if self.header_timeout <= 0:
-            raise ConfigError("header-timeout", "must be greater than 0")
-        if self.client_idle_timeout <= 0:
-            raise ConfigError("client-idle-timeout", "must be greater than 0")
-        if self.connect_timeout <= 0:
-            raise ConfigError("connect-timeout", "must be greater than 0")
-        if self.log_level not in LOG_LEVELS:
-            raise ConfigError("log-level", f"must be one of {', '.join(LOG_LEVELS)}")
-        if self.log_format not in LOG_FORMATS:
-            raise ConfigError("log-format", f"must be one of {', '.join(LOG_FORMATS)}")
+        ],
+    )
+    max_conn_age: float = setting(
+        default=50 * 60.0,
+        type=DURATION,
+        group="Lifecycle",
+        metavar="duration",
+        help="retire a connection near this age; 0s disables",
+        doc="retire connections at 90-100 % of this age; `0s` disables. At or above `1h` "
+        "(a load balancer's usual keep-alive) h2ping warns",
+        rules=[not_negative("0s disables")],
+        go_meanings=[_go_takes(0.0, "connections are never retired"), _past_keep_alive],
+    )
+    # Close a connection that has carried no stream this long, as Go's transport does.
+    idle_conn_timeout: float = setting(
+        default=90.0,
+        type=DURATION,
+        group="Lifecycle",
+        metavar="duration",
+        help="close a connection idle this long; 0 keeps it",
+        doc="close an upstream connection that has carried no stream this long, as Go's "
+        "transport does; `0` keeps them",
+        rules=[not_negative("0 keeps them")],
+    )
+    shutdown_grace: float = setting(
+        default=60.0,
+        type=DURATION,
+        group="Lifecycle",
+        metavar="duration",
+        help="time in-flight requests get to finish on SIGTERM",
+        doc="on SIGINT/SIGTERM, in-flight requests get this long to finish. The Go "
+        "binary's default is `15m`",
+        rules=[not_negative()],
+        go_meanings=[_go_takes(0.0, "cut in-flight requests at once")],
+    )
+    retry_body_limit: int = setting(
+        default=16 * 1024 * 1024,
+        type=INT,
+        group="Lifecycle",
+        metavar="bytes",
+        help="replay bodies up to this many bytes; 0 disables",
+        doc="bodies up to this size are kept so a refused request can be replayed; `0` disables",
+        rules=[not_negative("0 disables")],
+        go_meanings=[_go_takes(0, "no body is kept for replay")],
+    )
+    # The sum of all retry buffers; about average body size x requests in flight.
+    max_buffered_bytes: int = setting(
+        default=1024 * 1024 * 1024,
+        type=INT,
+        group="Lifecycle",
+        metavar="bytes",
+        help="cap on all bodies kept for replay, together",
+        doc="cap on all kept bodies together; beyond it a body streams through without a "
+        "replay guarantee",
+        rules=[not_negative("0 keeps no bodies")],
+    )
+    # The command writes its PID here once it listens (for a supervisor); Proxy ignores it.
+    ready_file: str | None = setting(
+        default=None,
+        type=TEXT,
+        group="Lifecycle",
+        metavar="path",
+        help="write the PID here once listening; removed at exit",
+        doc="once listening, write the process's PID and a newline here; removed at exit "
+        "(see [In place of the Go binary](docs/go-binary.md))",
+        read=optional_text,
+        shown_default="none",
+    )
+    loop_lag_interval: float = setting(
+        default=0.0,
+        type=DURATION,
+        group="Logging",
+        metavar="duration",
+        help="tick this often to measure event-loop lag; 0 disables",
+        doc="tick this often to measure event-loop lag, reported in the `stopped:` line and "
+        "`/metrics`",
+        rules=[not_negative("0 disables")],
+    )
+    log_level: str = setting(
+        default="info",
+        type=TEXT,
+        group="Logging",
+        metavar="level",
+        help=", ".join(LOG_LEVELS[:-1]) + " or " + LOG_LEVELS[-1],
+        doc="`debug`, `info`, `warning`, `error`; the start and stop lines are written at "
+        "every level",
+        rules=[one_of(LOG_LEVELS)],
+    )
+    log_format: str = setting(
+        default="text",
+        type=TEXT,
+        group="Logging",
+        metavar="format",
+        help="text, or json for one object per line",
+        doc="`json` writes one JSON object per line (see [Observability](docs/observability.md))",
+        rules=[one_of(LOG_FORMATS)],
+    )
+    # One line per finished request, in log_format, to this file ("-": stderr); None: off.
+    access_log: str | None = setting(
+        default=None,
+        type=TEXT,
+        group="Logging",
+        metavar="path",
+        help="one line per finished request here; - for stderr",
+        doc="one line per finished request to this file, or `-` for stderr, in "
+        "`-log-format` (see [Observability](docs/observability.md#access-log))",
+        read=optional_text,
+        shown_default="off",
+    )
+    name: str = setting(
+        default="",
+        type=TEXT,
+        group="Logging",
+        metavar="string",
+        help="instance name in log lines",
+        doc="instance name in log lines",
+        shown_default="upstream host",
+    )
+    # /healthz, /readyz and /metrics; None serves none of them.
+    admin_listen: HostPort | None = setting(
+        default=None,
+        type=TEXT,
+        group="Admin",
+        metavar="host:port",
+        help="serve /healthz, /readyz and /metrics here",
+        doc="serve `/healthz`, `/readyz` and `/metrics` on this address (see "
+        "[Observability](docs/observability.md))",
+        read=optional_listen,
+        shown_default="off",
+    )
 
     @property
     def instance_name(self) -> str:

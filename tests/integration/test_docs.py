@@ -1,7 +1,8 @@
 """The README and the pages of docs/ held to the program.
 
 - The flags tables (the README's, and docs/check.md's for ``h2ping check``) list every
-  flag that ``--help`` lists, no other, with the defaults of the flag definitions.
+  flag that ``--help`` lists, no other, with the defaults of the flag definitions; the
+  README gives each setting the meaning its declaration in config.py gives it.
 - docs/observability.md lists every metric family a real ``/metrics`` scrape has, no
   other, with the type and labels the scrape has.
 - Relative links lead to files of the repository, and their ``#anchors`` to headings.
@@ -42,6 +43,7 @@ import pytest
 
 from h2ping.config import CheckSettings, Config
 from h2ping.process.flags import _CHECK_OWN, _FLAGS
+from h2ping.settings import declarations
 from h2ping.testing import ScriptedUpstream
 
 from .. import procguard
@@ -225,7 +227,7 @@ def default_is(name: str, documented: str) -> bool:
     else:
         return documented == "required"
     try:
-        value = flag.convert(documented)
+        value = flag.type.parse(documented)
     except ValueError:
         return False
     return bool(value == default or str(default) == documented)
@@ -244,6 +246,38 @@ def test_flags_tables_match_the_program(page: Path, heading: str, argv: list[str
     assert not unknown, f"rows of {rel(page)}'s table for no flag of the program: {unknown}"
     wrong = {name: given for name, given in table.items() if not default_is(name, given)}
     assert not wrong, f"defaults in {rel(page)} the program does not have: {wrong}"
+
+
+def meanings(table: str) -> dict[str, str]:
+    """Flag -> the meaning (third cell) of its row in the flags table of ``table``."""
+    rows = [row for row in table_rows(table) if row[0].startswith("`-")]
+    return {name: row[2] for row in rows for name in code_spans(row[0])}
+
+
+def meanings_unlike_the_declarations(table: str) -> list[str]:
+    """Each setting whose row in ``table`` is missing or means other than its
+    declaration says, as ``-flag: the declared meaning``."""
+    given = meanings(table)
+    return [
+        f"-{declared.name}: {declared.doc}"
+        for declared in declarations(Config)
+        if given.get(f"-{declared.name}") != declared.doc
+    ]
+
+
+def test_the_readme_gives_each_setting_its_declared_meaning() -> None:
+    wrong = meanings_unlike_the_declarations(section(README, "Usage"))
+    assert not wrong, "README rows unlike the settings' doc= in config.py:\n" + "\n".join(wrong)
+
+
+def test_a_readme_row_missing_or_reworded_is_seen() -> None:
+    usage = section(README, "Usage")
+    [row] = [line for line in usage.splitlines() if line.startswith("| `-max-receive-window` ")]
+    [declared] = [d for d in declarations(Config) if d.name == "max-receive-window"]
+    expected = [f"-max-receive-window: {declared.doc}"]
+    assert meanings_unlike_the_declarations(usage.replace(row + "\n", "")) == expected
+    reworded = usage.replace(row, row.replace("grows with", "follows"))
+    assert meanings_unlike_the_declarations(reworded) == expected
 
 
 # --- metrics ------------------------------------------------------------------------------
