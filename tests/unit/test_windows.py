@@ -10,6 +10,7 @@ import pytest
 from hyperframe.frame import HeadersFrame, PingFrame, SettingsFrame, WindowUpdateFrame
 
 from h2ping.http2 import windows
+from h2ping.http2.pingbackoff import PingBackoff
 from h2ping.http2.upstream import UpstreamConnection
 from h2ping.http2.windows import (
     ASSUMED_RATE,
@@ -173,3 +174,18 @@ async def test_with_pings_off_nothing_is_measured() -> None:
     assert not of(PingFrame, preface)
     settings = {k: v for f in of(SettingsFrame, preface) for k, v in f.settings.items()}
     assert settings[0x4] == UNMEASURED_WINDOW
+
+
+async def test_after_a_server_punished_pings_new_connections_measure_nothing() -> None:
+    """GOAWAY(ENHANCE_YOUR_CALM, too_many_pings): new connections to that upstream
+    send no measuring PING either, and keep the unmeasured window."""
+    stats = Stats()
+    backoff = PingBackoff(60.0, stats)
+    before = UpstreamConnection(config(ping_interval=60.0), 1, lambda c: None, stats, None, backoff)
+    assert before.window.measuring
+    backoff.punished(1, 60.0)
+    after = UpstreamConnection(config(ping_interval=60.0), 2, lambda c: None, stats, None, backoff)
+    transport = FakeTransport()
+    after.connection_made(transport)
+    assert not after.window.measuring and not of(PingFrame, transport.frames())
+    assert after.window.size == UNMEASURED_WINDOW
