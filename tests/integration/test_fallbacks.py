@@ -14,7 +14,7 @@ import httptools
 import pytest
 
 from h2ping import errors, sockets
-from h2ping.http1 import listener
+from h2ping.http1 import reader
 from h2ping.http2.engine import errortext as h2errors
 
 from ..h2fake import FakeServer, Harness
@@ -115,7 +115,7 @@ class _ContextlessParser:
 async def test_rejections_without_httptools_context(
     monkeypatch: pytest.MonkeyPatch, data: bytes, status: int
 ) -> None:
-    monkeypatch.setattr(listener.httptools, "HttpRequestParser", _ContextlessParser)
+    monkeypatch.setattr(reader.httptools, "HttpRequestParser", _ContextlessParser)
     async with proxy_and_upstream() as (proxy, up):
         raw = await send_raw(proxy.port, data)
         await asyncio.sleep(0.05)  # silence: nothing may reach the upstream meanwhile either
