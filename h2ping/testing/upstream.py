@@ -30,7 +30,7 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes, Settings
 from hyperframe.frame import GoAwayFrame
 
-from ..http2.engine.frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter
+from ..http2.engine import GOAWAY, FloodError, FrameSizeError, FrameSplitter
 
 logger = logging.getLogger(__name__)
 

@@ -1,10 +1,31 @@
 """The seam: the only code that reaches past the documented API of h2, hpack and
-hyperframe. :class:`H2Engine` is its one door (bytes in, calls out, and sends);
-:mod:`.manifest` lists every name it uses beyond that API; :mod:`.fastpaths`
-says which of its fast paths this process takes; :mod:`.frames` cuts the
-inbound bytes at frame boundaries, before h2 sees them."""
+hyperframe. This package's own names are its one door:
 
-from .facade import ConnectionFault, H2Engine, PeerEvents, StreamEvents, our_settings
-from .frames import Goaway
+- :class:`H2Engine` (:mod:`.facade`): one upstream connection's h2, bytes in,
+  calls out (:class:`PeerEvents`, :class:`StreamEvents`), and sends; what the
+  peer said that only a report wants, in :attr:`H2Engine.heard` (:class:`Heard`);
+- :class:`FrameSplitter` and what it hands out (:data:`GOAWAY` pieces, the
+  :class:`FloodError` and :class:`FrameSizeError` it raises): GOAWAY frames
+  taken out of the inbound bytes before h2 sees them, and control floods
+  counted, for the scripted test server too, which drives h2 as a server.
 
-__all__ = ["ConnectionFault", "Goaway", "H2Engine", "PeerEvents", "StreamEvents", "our_settings"]
+Inside, :mod:`.manifest` lists every name used beyond the libraries' API,
+:mod:`.fastpaths` says which of the fast paths this process takes, and
+:mod:`.frames` cuts the inbound bytes at frame boundaries."""
+
+from .facade import ConnectionFault, H2Engine, Heard, PeerEvents, StreamEvents, our_settings
+from .frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter, Goaway
+
+__all__ = [
+    "GOAWAY",
+    "ConnectionFault",
+    "FloodError",
+    "FrameSizeError",
+    "FrameSplitter",
+    "Goaway",
+    "H2Engine",
+    "Heard",
+    "PeerEvents",
+    "StreamEvents",
+    "our_settings",
+]

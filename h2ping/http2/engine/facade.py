@@ -12,8 +12,14 @@ way the frame was taken (a fast path, or h2 and its events). What to send goes
 through the engine's methods, and :meth:`H2Engine.data_to_send` hands over the
 bytes.
 
+What the peer has said that a report wants beyond those calls (the settings as
+sent, the first bytes read, the fault that ended the connection) the engine
+keeps in :class:`Heard`.
+
 Nothing outside this package needs to know which frames a fast path took, how
-h2's errors are worded, or any name h2 keeps private.
+h2's errors are worded, or any name h2 keeps private: the modules beside this
+one are the engine's own, and everything else takes what it needs from the
+package itself (``h2ping.http2.engine``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import h2.connection
@@ -77,6 +84,25 @@ class PeerEvents(Protocol):
         """Serving ``stream_id`` raised (a bug of ours): only that stream may suffer."""
 
 
+#: How much of the first bytes read :class:`Heard` keeps.
+OPENING = 64
+
+
+@dataclass(slots=True)
+class Heard:
+    """What the peer has said beyond the calls of :class:`PeerEvents`, as a report
+    of the connection tells it (``h2ping check``)."""
+
+    #: The start of the first bytes read: a peer that speaks no HTTP/2 shows it.
+    opening: bytes = b""
+    #: Every setting the peer's SETTINGS frames carried, by code, as sent (a
+    #: setting never sent is missing); None before its first SETTINGS.
+    settings: dict[int, int] | None = None
+    #: How the peer broke HTTP/2 for the whole connection, if it did
+    #: (:attr:`ConnectionFault.detail`).
+    fault: str | None = None
+
+
 class ConnectionFault(Exception):
     """The peer broke HTTP/2 for the whole connection: it must end with a GOAWAY
     of ``error_code``. ``detail`` is a fixed text that quotes nothing the peer sent."""
@@ -117,6 +143,7 @@ class H2Engine:
         self._events = events
         self._streams = streams
         self.responses = 0  # response heads received: the peer is taking work
+        self.heard = Heard()
         # DATA of one stream, held while more of it follows with nothing between
         # (see _deliver): one delivery, one write to the client, one credit back.
         self._held_stream = 0
@@ -131,6 +158,9 @@ class H2Engine:
 
     def feed(self, data: bytes) -> None:
         """Keep ``data`` (bytes read from the peer) for :meth:`handle`."""
+        heard = self.heard
+        if not heard.opening:
+            heard.opening = data[:OPENING]
         self._frames.feed(data)
 
     @property
@@ -157,18 +187,23 @@ class H2Engine:
                     self._release()
                     self._events.on_goaway(parse_goaway(piece))
         except FloodError as exc:
-            raise ConnectionFault(str(exc), ErrorCodes.ENHANCE_YOUR_CALM) from exc
+            raise self._fault(str(exc), ErrorCodes.ENHANCE_YOUR_CALM) from exc
         except FrameSizeError as exc:
-            raise ConnectionFault(
+            raise self._fault(
                 f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
             ) from exc
-        except ConnectionFault:
+        except ConnectionFault as fault:
+            self.heard.fault = fault.detail
             raise
         except Exception as exc:  # anything h2 raises on the peer's bytes
-            raise ConnectionFault(describe_h2_error(exc)) from exc
+            raise self._fault(describe_h2_error(exc)) from exc
         finally:
             self._release()  # what came before a fault was good
         return backlog - frames.backlog
+
+    def _fault(self, detail: str, error_code: int = ErrorCodes.PROTOCOL_ERROR) -> ConnectionFault:
+        self.heard.fault = detail
+        return ConnectionFault(detail, error_code)
 
     def _receive(self, data: bytes) -> None:
         self._tell(self._h2.receive_data(data))
@@ -286,6 +321,8 @@ class H2Engine:
             else:
                 stream.got_fault(event.error, event.detail)
         elif isinstance(event, h2.events.RemoteSettingsChanged):
+            sent = {code: change.new_value for code, change in event.changed_settings.items()}
+            self.heard.settings = {**(self.heard.settings or {}), **sent}
             events.on_settings(
                 self._h2.remote_settings.max_concurrent_streams,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE in event.changed_settings,
