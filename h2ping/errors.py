@@ -43,16 +43,24 @@ class UpstreamError(Exception):
     upstream certainly did not process the request (GOAWAY above last_stream_id,
     REFUSED_STREAM): only those may be replayed. ``conn_id`` names the connection
     that failed when the request never got onto it (a failed connect), for logs.
+    ``reset_code`` is the RST_STREAM error code when the upstream reset the stream.
     """
 
     def __init__(
-        self, error: str, detail: str, *, retryable: bool = False, conn_id: int = 0
+        self,
+        error: str,
+        detail: str,
+        *,
+        retryable: bool = False,
+        conn_id: int = 0,
+        reset_code: int | None = None,
     ) -> None:
         super().__init__(f"{error}: {detail}")
         self.error = error
         self.detail = detail
         self.retryable = retryable
         self.conn_id = conn_id
+        self.reset_code = reset_code
 
 
 # RFC 9209 section 2.3 error types used by h2ping.

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .. import errors
 from ..config import Config, Upstream
@@ -99,6 +101,18 @@ def load_ca_file(context: ssl.SSLContext, path: str) -> None:
         raise CAFileError(path, "a damaged PEM certificate") from None
 
 
+@dataclass
+class DialSteps:
+    """How far a dial got, and when (``time.perf_counter()``), for a report of it
+    (``h2ping check``)."""
+
+    started: float = 0.0
+    tcp: float | None = None  # the TCP connection made
+    tls: float | None = None  # the TLS handshake done (the protocol then has the transport)
+    settings: float | None = None  # the peer's first SETTINGS received
+    ssl_object: ssl.SSLObject | None = None  # the TLS connection, once its handshake is done
+
+
 async def connect(
     config: Config,
     ssl_context: ssl.SSLContext | None,
@@ -115,12 +129,30 @@ async def connect(
     ``on_preface`` hears of the connection as soon as our preface is out, when it
     takes its first stream (:data:`~.upstream.PROVISIONAL_STREAMS`) a round trip
     before the SETTINGS come."""
+    protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age, ping_backoff)
+    await dial(protocol, config, ssl_context, stats, tls_sessions, on_preface)
+    return protocol
+
+
+async def dial(
+    protocol: UpstreamConnection,
+    config: Config,
+    ssl_context: ssl.SSLContext | None,
+    stats: Stats,
+    tls_sessions: SessionCache | None = None,
+    on_preface: Callable[[UpstreamConnection], None] | None = None,
+    steps: DialSteps | None = None,
+) -> None:
+    """Dial ``protocol``'s connection (:func:`connect`'s work once the connection
+    is made), telling ``steps`` how far it got; raises an
+    :class:`~h2ping.errors.UpstreamError` that says why it failed."""
     upstream = config.upstream
     timeout = config.connect_timeout
-    protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age, ping_backoff)
+    steps = DialSteps() if steps is None else steps
+    steps.started = time.perf_counter()
     try:
         async with asyncio.timeout(timeout):
-            await _open(protocol, config, ssl_context, tls_sessions, stats, on_preface)
+            await _open(protocol, config, ssl_context, tls_sessions, stats, on_preface, steps)
     except OSError as exc:  # TimeoutError and ssl.SSLError among them
         error = describe_connect_error(exc, upstream, timeout)
         if isinstance(exc, TimeoutError):
@@ -128,7 +160,6 @@ async def connect(
         if error.error == errors.CONNECTION_LIMIT_REACHED:
             stats.descriptors_short()
         raise error from None
-    return protocol
 
 
 def describe_connect_error(exc: OSError, upstream: Upstream, timeout: float) -> UpstreamError:
@@ -164,6 +195,7 @@ async def _open(
     tls_sessions: SessionCache | None,
     stats: Stats,
     on_preface: Callable[[UpstreamConnection], None] | None,
+    steps: DialSteps,
 ) -> None:
     """TCP, then TLS (h2ping's own layer, see :mod:`h2ping.http2.tlslayer`) with ALPN
     ``h2``, then the peer's SETTINGS; the socket is closed again if any step fails."""
@@ -175,7 +207,10 @@ async def _open(
             session = tls_sessions.session() if tls_sessions is not None else None
             layer = TLSLayer(protocol, ssl_context, upstream.host, session)
             tcp, _ = await loop.create_connection(lambda: layer, upstream.host, upstream.port)
+            steps.tcp = time.perf_counter()
             await layer.handshake
+            steps.tls = time.perf_counter()
+            steps.ssl_object = layer.ssl_object
             if layer.ssl_object.session_reused:
                 stats.tls_resumed()
             if tls_sessions is not None:
@@ -189,10 +224,12 @@ async def _open(
                 )
         else:
             tcp, _ = await loop.create_connection(lambda: protocol, upstream.host, upstream.port)
+            steps.tcp = time.perf_counter()
         set_tcp_keepalive(tcp.get_extra_info("socket"))
         if on_preface is not None:
             on_preface(protocol)
         await protocol.wait_ready()
+        steps.settings = time.perf_counter()
     except BaseException:
         if tcp is not None:
             tcp.abort()

@@ -194,11 +194,16 @@ class UpstreamStream:
         self.conn.forget(self)
         if code == ErrorCodes.REFUSED_STREAM:
             error = UpstreamError(
-                errors.CONNECTION_TERMINATED, "stream refused by upstream", retryable=True
+                errors.CONNECTION_TERMINATED,
+                "stream refused by upstream",
+                retryable=True,
+                reset_code=code,
             )
         else:
             name = code.name if isinstance(code, ErrorCodes) else str(code)
-            error = UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"stream reset by upstream ({name})")
+            error = UpstreamError(
+                errors.HTTP_PROTOCOL_ERROR, f"stream reset by upstream ({name})", reset_code=code
+            )
         self.sink.on_error(error)
 
     def got_fault(self, error: str, detail: str) -> None:

@@ -32,7 +32,7 @@ from ..errors import UpstreamError
 from ..fields import Header
 from ..logs import plural
 from ..stats import Stats
-from .engine import ConnectionFault, Goaway, H2Engine
+from .engine import ConnectionFault, Goaway, H2Engine, Heard
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
 from .lifetime import Lifetime
 from .liveness import Liveness
@@ -161,6 +161,12 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         return self._engine.responses
 
     @property
+    def heard(self) -> Heard:
+        """What the peer has said (its SETTINGS as sent, its first bytes...), for a
+        report of the connection."""
+        return self._engine.heard
+
+    @property
     def age_limit(self) -> float:
         return self.lifetime.age_limit
 
@@ -217,6 +223,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         """Take no new streams; close cleanly (GOAWAY NO_ERROR) once the last ends."""
         self._drain(reason)
         self._close_if_drained()
+
+    def ping(self, payload: bytes) -> None:
+        """Send a PING now; its ACK comes to :meth:`on_ping_ack` like any other."""
+        self._send_ping(payload)
 
     def close(self, reason: str) -> None:
         """Send GOAWAY(NO_ERROR) and close; streams still open fail."""
