@@ -1,7 +1,7 @@
 """``python -m h2ping``: flags, logging, readiness, signals and exit codes around a
 :class:`Proxy`, as the Go binary ``h2-ping-sidecar`` has them.
 
-``h2ping check ...`` reports on an endpoint instead (:mod:`h2ping.process.check`).
+``h2ping check ...`` reports on an endpoint instead (:mod:`h2ping.check`).
 
 Exit codes: 0 after a clean stop (or ``-h``/``-version``); 2 for what Go's flag
 package rejects (an unknown flag, a value it cannot parse); 1 for a value refused
@@ -307,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog = "python -m h2ping"
     # A bare first word ends Go's flags at once: no Go command line starts with one.
     if args[:1] == ["check"]:
-        from .check import main as check  # only the check needs it
+        from ..check import main as check  # only the check needs it
 
         return check(args[1:], prog)
     try:

@@ -19,10 +19,10 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame, PingFrame
 
+from h2ping.check.command import check_ssl_context, report, text_lines
+from h2ping.check.probe import Findings, probe
 from h2ping.process import cli
-from h2ping.process.check import check_ssl_context, report, text_lines
 from h2ping.process.flags import help_text, parse_check_command_line
-from h2ping.process.probe import Findings, probe
 from h2ping.testing import RawPeer, RawUpstream, ScriptedRequest, ScriptedUpstream
 
 from ..conftest import TLSFiles, free_port

@@ -1,7 +1,8 @@
 """The package's layers, read from its imports (every import, those inside
 functions included): the HTTP/1.1 and HTTP/2 sides never import each other,
 nothing below the process layer imports it, the shared leaves import no
-subpackage, and no module imports itself through others."""
+subpackage, no module imports itself through others, and only the CLI imports
+the check."""
 
 from __future__ import annotations
 
@@ -18,7 +19,11 @@ PACKAGE = pathlib.Path(h2ping.__file__).parent
 FACES = {"h2ping", "h2ping.__main__", "h2ping.demo", "h2ping.pytest_plugin"}
 SIDES = ("h2ping.http1", "h2ping.http2")
 PROCESS = "h2ping.process"
-PARTS = ("h2ping.http1", "h2ping.http2", "h2ping.forward", PROCESS, "h2ping.testing")
+#: ``h2ping check``: a command beside the proxy, not part of it. It dials with the
+#: HTTP/2 side, builds its request as the exchange does, and takes the flag parser
+#: and the proxy's TLS settings from the process layer; only the CLI imports it.
+CHECK = "h2ping.check"
+PARTS = ("h2ping.http1", "h2ping.http2", "h2ping.forward", PROCESS, CHECK, "h2ping.testing")
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -29,12 +34,14 @@ def module_name(path: pathlib.Path) -> str:
 MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
 
 
-def imports(name: str) -> set[str]:
-    """The package's modules that ``name`` imports, wherever in it the import stands."""
+def imports(name: str, source: str | None = None) -> set[str]:
+    """The package's modules that ``name`` (or ``source`` in its place) imports,
+    wherever in it the import stands."""
     path = MODULES[name]
     base = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text() if source is None else source, str(path))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -81,9 +88,31 @@ def test_nothing_below_the_process_layer_imports_it() -> None:
         (name, target)
         for name, targets in GRAPH.items()
         for target in targets
-        if part_of(target) == PROCESS and part_of(name) != PROCESS and name not in FACES
+        if part_of(target) == PROCESS
+        and part_of(name) not in (PROCESS, CHECK)
+        and name not in FACES
     ]
     assert not upward
+
+
+def test_only_the_cli_imports_the_check() -> None:
+    importers = {
+        name
+        for name, targets in GRAPH.items()
+        if part_of(name) != CHECK and any(part_of(t) == CHECK for t in targets)
+    }
+    assert importers == {"h2ping.process.cli"}
+
+
+def test_the_check_takes_only_the_flags_and_tls_settings_from_the_process() -> None:
+    taken = {
+        target
+        for name, targets in GRAPH.items()
+        if part_of(name) == CHECK
+        for target in targets
+        if part_of(target) == PROCESS
+    }
+    assert taken == {"h2ping.process.flags", "h2ping.process.proxy"}
 
 
 def test_the_sides_and_the_shared_leaves_import_nothing_above_them() -> None:

@@ -2,7 +2,7 @@
 
 Run before a long job, it connects once as h2ping would and reports HTTP/2 (ALPN or
 h2c), TLS, the server's SETTINGS, PING round trips and, with ``-path``, one GET
-(:mod:`h2ping.process.probe` measures). Plain lines by default, one JSON object with
+(:mod:`h2ping.check.probe` measures). Plain lines by default, one JSON object with
 ``-log-format json``; the last line, or the ``verdict`` key, says whether h2ping can
 use the endpoint and, if not, why.
 
@@ -25,15 +25,15 @@ from typing import Any
 
 from .._version import __version__
 from ..config import CheckSettings, Config
-from .flags import (
+from ..process.flags import (
     FlagError,
     HelpRequested,
     VersionRequested,
     check_help_text,
     parse_check_command_line,
 )
+from ..process.proxy import make_ssl_context
 from .probe import SETTINGS, Findings, probe
-from .proxy import make_ssl_context
 
 LABEL_WIDTH = 13  # "certificate" and two spaces: the values start in one column
 

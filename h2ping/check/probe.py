@@ -1,5 +1,5 @@
 """What ``h2ping check`` measures: one HTTP/2 connection to the upstream
-(:mod:`h2ping.process.checkconn`), opened as h2ping opens its own (TCP, TLS with
+(:mod:`h2ping.check.connection`), opened as h2ping opens its own (TCP, TLS with
 ALPN or h2c, the server's first SETTINGS, all within ``-connect-timeout``), then
 timed PINGs and, optionally, one GET; and what each step tells about the endpoint.
 """
@@ -19,7 +19,7 @@ from ..config import CheckSettings, Config, Upstream
 from ..forward.headers import request_headers
 from ..http2.dial import describe_connect_error
 from ..http2.tlslayer import TLSLayer
-from .checkconn import GoAway, ProbeConnection, ProbeFailed, printable
+from .connection import GoAway, ProbeConnection, ProbeFailed, printable
 
 #: The SETTINGS reported: the name used in JSON, and what a server that does not
 #: send one has (RFC 9113 6.5.2).
