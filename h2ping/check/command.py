@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 import statistics
 import sys
@@ -59,6 +60,8 @@ def main(args: Sequence[str], prog: str) -> int:
     except ssl.SSLError as exc:  # an unusable -ca-file, worded as the proxy words it
         print(f"{prog} check: ca-file {config.ca_file}: {exc.reason or exc}", file=sys.stderr)
         return 1
+    # The report says what went wrong; the connection's log lines are the proxy's.
+    logging.getLogger("h2ping").addHandler(logging.NullHandler())
     try:
         findings = asyncio.run(probe(config, check, ssl_context))
     except KeyboardInterrupt:

@@ -1,33 +1,35 @@
-"""The one HTTP/2 connection ``h2ping check`` opens, asked one thing at a time:
-the server's SETTINGS, a PING's round trip, a GET's response head.
+"""The one HTTP/2 connection ``h2ping check`` opens: the proxy's own
+(:class:`~h2ping.http2.upstream.UpstreamConnection`, dialled by
+:func:`~h2ping.http2.dial.dial`), asked one thing at a time: a PING's round trip,
+a GET's response head (on a stream slot, as the proxy sends a request).
 
-It is driven through h2's public API only (``H2Connection`` and its events).
-GOAWAY frames are taken out before h2 sees them, as h2ping's own connections do
-(:mod:`h2ping.http2.engine.frames`): h2 closes its whole state machine on any GOAWAY,
-and a GET the server promised to finish would fail with it.
+What the server said (its SETTINGS as sent, the first bytes of a peer that
+speaks no HTTP/2, the fault that ended the connection) is read from what the
+connection heard (:attr:`~h2ping.http2.upstream.UpstreamConnection.heard`), a
+GOAWAY as the connection hears of it; the check words from these how the
+connection ended, in its own terms.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
+import ssl
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import h2.events
-import h2.exceptions
-from h2.config import H2Configuration
-from h2.connection import H2Connection
 from h2.errors import ErrorCodes
 
+from ..config import Config
+from ..errors import UpstreamError
 from ..fields import Header
-from ..http2.engine import our_settings
-from ..http2.engine.errortext import describe_h2_error
-from ..http2.engine.frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter, parse_goaway
+from ..http2.dial import DialSteps, dial
+from ..http2.engine import Goaway
 from ..http2.pingbackoff import punishes_pings
-from ..http2.windows import UNMEASURED_WINDOW
+from ..http2.streams import SlotLost, UpstreamStream
+from ..http2.upstream import ConnState, UpstreamConnection
+from ..stats import Stats
 
 
 class ProbeFailed(Exception):
@@ -58,6 +60,13 @@ def printable(data: bytes, limit: int = 80) -> str:
     return "".join(chr(b) if 32 <= b < 127 else "?" for b in data[:limit])
 
 
+def _reported(goaway: Goaway) -> GoAway:
+    code, debug = goaway.error_code, goaway.debug_data
+    return GoAway(
+        goaway.last_stream_id, _code_name(code), printable(debug), punishes_pings(code, debug)
+    )
+
+
 #: The bytes of an HTTP/2 frame header (RFC 9113, section 4.1).
 FRAME_HEADER = 9
 
@@ -78,50 +87,74 @@ def _not_http2(first: bytes) -> str | None:
     return None
 
 
-class ProbeConnection(asyncio.BufferedProtocol):
-    """One HTTP/2 client connection that answers the probe's questions. It sends
-    its preface only on :meth:`start`, once the probe knows HTTP/2 was agreed."""
+def _quiet(config: Config) -> Config:
+    """The proxy's settings for a connection that sends only the check's PINGs (no
+    keepalive PINGs, none to measure the link) and that no clock of its own ends."""
+    return dataclasses.replace(config, ping_interval=0, idle_conn_timeout=0, max_conn_age=0)
 
-    def __init__(self, address: str, header_list_limit: int) -> None:
-        self._address = address  # host:port, for messages
+
+class _Watched(UpstreamConnection):
+    """The proxy's connection, which tells the probe what it waits for as it
+    happens: a PING ACK, a GOAWAY, the end of the socket. The connection handles
+    each as it always does; the probe hears of a GOAWAY and of the socket's end
+    first, as their handling fails what the probe waits for, in its words."""
+
+    def __init__(self, config: Config, probe: ProbeConnection, stats: Stats) -> None:
+        super().__init__(_quiet(config), 1, probe.changed, stats)
+        self.probe = probe
+
+    def on_ping_ack(self, payload: bytes) -> None:
+        super().on_ping_ack(payload)
+        self.probe.ping_acked(payload)
+
+    def on_goaway(self, goaway: Goaway) -> None:
+        self.probe.goaway_received(goaway)  # first: it words the failures that follow
+        super().on_goaway(goaway)
+        if self.state is ConnState.CONNECTING:
+            # The proxy waits on for the SETTINGS, and would time out; the check says why.
+            self.close(f"GOAWAY {goaway.code_name} before SETTINGS")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        by_peer = self.state is not ConnState.CLOSED  # else it was ours to close
+        self.probe.socket_lost(exc, by_peer)
+        super().connection_lost(exc)
+        self.probe.socket_closed()
+
+
+class ProbeConnection:
+    """One connection that answers the check's questions, one at a time."""
+
+    def __init__(self, config: Config, address: str) -> None:
+        self._config = config
+        self.address = address  # host:port, for messages
         self._loop = asyncio.get_running_loop()
-        self._h2 = H2Connection(H2Configuration(client_side=True, header_encoding=None))
-        self._header_list_limit = header_list_limit
-        self._frames = FrameSplitter()
-        self._buffer = bytearray(64 * 1024)
-        self._transport: asyncio.Transport | None = None
-        self._started = False
-        self._early = bytearray()  # what arrived before start()
-        self._first_read = True
-        self.ended: str | None = None  # why the connection is over, once it is
-        self.lost: asyncio.Future[None] = self._loop.create_future()
-        self.settings: asyncio.Future[dict[int, int]] = self._loop.create_future()
-        self.sent_settings: dict[int, int] = {}
+        self.steps = DialSteps()
+        self.settings: dict[int, int] | None = None  # the peer's first SETTINGS, as sent
         self.goaway: GoAway | None = None
+        self.lost: asyncio.Future[None] = self._loop.create_future()
+        self._lost_by_peer: tuple[Exception | None] | None = None  # (exc,) once the peer ended it
         self._pings: dict[bytes, asyncio.Future[float]] = {}
-        self._heads: dict[int, asyncio.Future[tuple[list[Header], float]]] = {}
+        self._stats = Stats()  # the connection's counters, which nobody reads here
+        self.connection = _Watched(config, self, self._stats)
 
     # ------------------------------------------------------------- the probe's side
 
-    def start(self) -> None:
-        """Send the preface and our SETTINGS (h2ping's own), then handle what came."""
-        self._h2.local_settings = our_settings(self._header_list_limit, UNMEASURED_WINDOW)
-        self._h2.initiate_connection()
-        self._started = True
-        self._flush()
-        early, self._early = bytes(self._early), bytearray()
-        if early:
-            self._received(early)
+    async def connect(self, ssl_context: ssl.SSLContext | None) -> None:
+        """Dial as h2ping dials (TCP, TLS with ALPN, the server's first SETTINGS,
+        within -connect-timeout); :attr:`steps` tells how far it got."""
+        try:
+            await dial(self.connection, self._config, ssl_context, self._stats, steps=self.steps)
+        except UpstreamError as exc:
+            raise ProbeFailed(self._setup_failure(exc)) from None
 
     async def ping(self, timeout: float) -> float:
         """One PING; its round trip in seconds."""
         when = "right after the connection opened" if not self._pings else "between PINGs"
         self._check_open(f"{when}: h2ping would open no stream on it")
-        opaque = len(self._pings).to_bytes(8, "big")
-        acked = self._pings[opaque] = self._loop.create_future()
-        self._h2.ping(opaque)
+        payload = len(self._pings).to_bytes(8, "big")
+        acked = self._pings[payload] = self._loop.create_future()
         sent = time.perf_counter()
-        self._flush()
+        self.connection.ping(payload)
         try:
             async with asyncio.timeout(timeout):
                 return await acked - sent
@@ -132,154 +165,157 @@ class ProbeConnection(asyncio.BufferedProtocol):
             ) from None
 
     async def get(self, headers: list[Header], timeout: float) -> tuple[list[Header], float]:
-        """Send a GET; its response head and the seconds until it came."""
+        """Send a GET on a stream slot of the connection, as the proxy sends a request;
+        its response head and the seconds until it came."""
         self._check_open("before the request")
-        stream_id = self._h2.get_next_available_stream_id()
-        head = self._heads[stream_id] = self._loop.create_future()
-        self._h2.send_headers(stream_id, headers, end_stream=True)
+        slot = self.connection.try_reserve()
+        if slot is None:
+            raise ProbeFailed(f"the connection took no new stream ({self.connection.close_reason})")
+        head = _ResponseHead(self)
+        try:
+            head.stream = slot.open(headers, head, end_stream=True)
+        except SlotLost as exc:
+            raise ProbeFailed(exc.detail) from None
         sent = time.perf_counter()
-        self._flush()
         try:
             async with asyncio.timeout(timeout):
-                response, received = await head
+                response, received = await head.received
         except TimeoutError:
             raise ProbeFailed(f"no response head within {timeout:g}s (-request-timeout)") from None
         return response, received - sent
 
     @property
     def connected(self) -> bool:
-        """Whether the connection got as far as this protocol (TCP, and TLS if any)."""
-        return self._transport is not None
-
-    def finish(self) -> None:
-        """Close cleanly: GOAWAY(NO_ERROR) if HTTP/2 got going, then the transport."""
-        if self._transport is None or self._transport.is_closing():
-            return
-        if self._started and self.ended is None:
-            with contextlib.suppress(h2.exceptions.ProtocolError):
-                self._h2.close_connection()
-                self._flush()
-        self._transport.close()
-
-    def _check_open(self, when: str) -> None:
-        if self.ended is not None:
-            raise ProbeFailed(self.ended)
-        if self.goaway is not None:
-            raise ProbeFailed(f"the upstream sent {self.goaway} {when}")
-
-    # --------------------------------------------------------------- protocol
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]  # uvloop's is no subclass
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return memoryview(self._buffer)
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self._received(bytes(self._buffer[:nbytes]))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if exc is None:
-            reason = f"{self._address} closed the connection"
-        else:
-            reason = f"connection to {self._address} lost: {exc}"
-        if self.goaway is not None:
-            reason += f" after {self.goaway}"
-        if not self.settings.done():
-            reason += " before its HTTP/2 SETTINGS"
-        self._end(reason)
-        if not self.lost.done():
-            self.lost.set_result(None)
+        """Whether the connection got as far as the protocol (TCP, and TLS if any)."""
+        steps = self.steps
+        return (steps.tls if self._config.upstream.tls else steps.tcp) is not None
 
     @property
     def heard_nothing(self) -> bool:
-        """Not one byte has come from the peer since :meth:`start`."""
-        return self._first_read
+        """Not one byte has come from the peer over HTTP/2's transport."""
+        return not self.connection.heard.opening
 
-    def _received(self, data: bytes) -> None:
-        if self.ended is not None:
-            return
-        if not self._started:
-            self._early += data
-            return
-        if self._first_read:
-            self._first_read = False
-            if (wrong := _not_http2(data)) is not None:
-                self._abort(f"{self._address} {wrong}")
-                return
-        try:
-            for kind, piece in self._frames.split(data):
-                if kind == GOAWAY:
-                    self._on_goaway(piece)
-                else:
-                    self._dispatch(self._h2.receive_data(piece))
-        except (FloodError, FrameSizeError) as exc:
-            self._abort(f"HTTP/2 protocol error from {self._address}: {exc}")
-            return
-        except Exception as exc:  # anything h2 raises on the peer's bytes
-            error = describe_h2_error(exc)
-            self._abort(f"HTTP/2 protocol error from {self._address}: {error}")
-            return
-        self._flush()
+    @property
+    def lost_by_peer(self) -> bool:
+        """The peer closed the connection, or it broke, without the check closing it."""
+        return self._lost_by_peer is not None
 
-    def _dispatch(self, events: Sequence[h2.events.Event]) -> None:
-        for event in events:
-            if isinstance(event, h2.events.RemoteSettingsChanged):
-                self.sent_settings.update(
-                    {code: change.new_value for code, change in event.changed_settings.items()}
-                )
-                if not self.settings.done():
-                    self.settings.set_result(dict(self.sent_settings))
-            elif isinstance(event, h2.events.PingAckReceived):
-                acked = self._pings.get(event.ping_data or b"")
-                if acked is not None and not acked.done():
-                    acked.set_result(time.perf_counter())
-            elif isinstance(event, h2.events.ResponseReceived):
-                head = self._heads.pop(event.stream_id or 0, None)
-                if head is not None and not head.done():
-                    head.set_result((list(event.headers or []), time.perf_counter()))
-            elif isinstance(event, h2.events.DataReceived):  # the body is not read: let it flow
-                self._h2.acknowledge_received_data(
-                    event.flow_controlled_length or 0, event.stream_id or 0
-                )
-            elif isinstance(event, h2.events.StreamReset):
-                head = self._heads.pop(event.stream_id or 0, None)
-                code = _code_name(event.error_code or 0)
-                _fail(head, f"the upstream reset the request stream ({code})")
+    def finish(self) -> None:
+        """Close cleanly: GOAWAY(NO_ERROR) if HTTP/2 got going, then the transport."""
+        self.connection.close("check done")
 
-    def _on_goaway(self, payload: bytes) -> None:
-        goaway = parse_goaway(payload)
-        last_stream_id, code, debug = goaway.last_stream_id, goaway.error_code, goaway.debug_data
-        self.goaway = GoAway(
-            last_stream_id, _code_name(code), printable(debug), punishes_pings(code, debug)
-        )
+    def ended(self) -> str | None:
+        """Why the connection is over, in the check's words; None while it is not
+        (or when the check itself ended it)."""
+        return self._broken() or self._lost()
+
+    def _broken(self) -> str | None:
+        """How the peer broke HTTP/2, if it did: it speaks none, or broke a rule."""
+        heard = self.connection.heard
+        if heard.opening and (wrong := _not_http2(heard.opening)) is not None:
+            return f"{self.address} {wrong}"
+        if heard.fault is not None:
+            return f"HTTP/2 protocol error from {self.address}: {heard.fault}"
+        return None
+
+    def _lost(self) -> str | None:
+        """How the peer ended the connection, if it did."""
+        if self._lost_by_peer is None:
+            return None
+        (exc,) = self._lost_by_peer
+        if exc is None:
+            reason = f"{self.address} closed the connection"
+        else:
+            reason = f"connection to {self.address} lost: {exc}"
+        if self.goaway is not None:
+            reason += f" after {self.goaway}"
+        if self.settings is None:
+            reason += " before its HTTP/2 SETTINGS"
+        return reason
+
+    def _setup_failure(self, error: UpstreamError) -> str:
+        if (broken := self._broken()) is not None:
+            return broken
+        if self.settings is None and self.goaway is not None:
+            return f"the upstream sent {self.goaway} before its HTTP/2 SETTINGS"
+        return self._lost() or error.detail
+
+    def _check_open(self, when: str) -> None:
+        if (ended := self.ended()) is not None:
+            raise ProbeFailed(ended)
+        if self.goaway is not None:
+            raise ProbeFailed(f"the upstream sent {self.goaway} {when}")
+        if self.connection.state is ConnState.CLOSED:
+            raise ProbeFailed(f"the connection was closed ({self.connection.close_reason})")
+
+    # ------------------------------------------------------- told by the connection
+
+    def changed(self, conn: UpstreamConnection) -> None:
+        if self.settings is None and conn.heard.settings is not None:
+            self.settings = dict(conn.heard.settings)
+        if conn.state is ConnState.CLOSED:
+            why = self.ended() or f"the connection was closed ({conn.close_reason})"
+            for acked in self._pings.values():
+                _fail(acked, why)
+
+    def ping_acked(self, payload: bytes) -> None:
+        acked = self._pings.get(payload)
+        if acked is not None and not acked.done():
+            acked.set_result(time.perf_counter())
+
+    def goaway_received(self, goaway: Goaway) -> None:
+        self.goaway = _reported(goaway)
         reason = f"the upstream sent {self.goaway}"
         for acked in self._pings.values():
             _fail(acked, f"{reason} instead of a PING ACK")
-        for stream_id in [s for s in self._heads if s > last_stream_id]:
-            _fail(self._heads.pop(stream_id), f"{reason}: the request was not processed")
-        _fail(self.settings, f"{reason} before its HTTP/2 SETTINGS")
 
-    def _abort(self, reason: str) -> None:
-        self._end(reason)
-        if self._transport is not None:
-            self._transport.abort()
+    def socket_lost(self, exc: Exception | None, by_peer: bool) -> None:
+        if by_peer:
+            self._lost_by_peer = (exc,)
 
-    def _end(self, reason: str) -> None:
-        if self.ended is None:
-            self.ended = reason
-        waiters: list[asyncio.Future[Any]] = [
-            self.settings,
-            *self._pings.values(),
-            *self._heads.values(),
-        ]
-        for waiter in waiters:
-            _fail(waiter, self.ended)
+    def socket_closed(self) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
 
-    def _flush(self) -> None:
-        data = self._h2.data_to_send()
-        if data and self._transport is not None and not self._transport.is_closing():
-            self._transport.write(data)
+    def stream_failed(self, stream: UpstreamStream | None, error: UpstreamError) -> str:
+        """The check's words for a GET's stream that failed with ``error``."""
+        if (ended := self.ended()) is not None:
+            return ended
+        goaway = self.goaway
+        if goaway is not None and stream is not None and stream.stream_id > goaway.last_stream_id:
+            return f"the upstream sent {goaway}: the request was not processed"
+        if error.reset_code is not None:
+            return f"the upstream reset the request stream ({_code_name(error.reset_code)})"
+        return error.detail
+
+
+class _ResponseHead:
+    """The GET's :class:`~h2ping.http2.streams.StreamSink`: it waits for the response
+    head alone, and lets the body flow."""
+
+    def __init__(self, probe: ProbeConnection) -> None:
+        self._probe = probe
+        self.stream: UpstreamStream | None = None
+        self.received: asyncio.Future[tuple[list[Header], float]] = (
+            asyncio.get_running_loop().create_future()
+        )
+
+    def on_response(self, headers: list[Header], end_stream: bool) -> None:
+        if not self.received.done():
+            self.received.set_result((list(headers), time.perf_counter()))
+
+    def on_data(self, data: bytes, flow_controlled_length: int) -> None:
+        if self.stream is not None:
+            self.stream.ack(flow_controlled_length)
+
+    def on_end(self) -> None:
+        pass
+
+    def on_error(self, error: UpstreamError) -> None:
+        _fail(self.received, self._probe.stream_failed(self.stream, error))
+
+    def on_send_ready(self) -> None:
+        pass
 
 
 def _fail(waiter: asyncio.Future[Any] | None, reason: str) -> None:

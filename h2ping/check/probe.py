@@ -17,7 +17,7 @@ from h2.settings import SettingCodes
 from .._version import __version__
 from ..config import CheckSettings, Config, Upstream
 from ..forward.headers import request_headers
-from ..http2.dial import describe_connect_error
+from ..http2.dial import DialSteps
 from ..http2.tlslayer import TLSLayer
 from .connection import GoAway, ProbeConnection, ProbeFailed, printable
 
@@ -91,10 +91,9 @@ async def probe(
     first step that fails, with the reason in ``problem``."""
     upstream = config.upstream
     findings = Findings(f"{upstream.host}:{upstream.port}", upstream.tls)
-    conn = ProbeConnection(findings.address, config.max_response_header_bytes)
-    tcp: list[asyncio.Transport] = []  # the socket's transport, once connected
+    conn = ProbeConnection(config, findings.address)
     try:
-        tls = await _connect(conn, config, ssl_context, findings, tcp)
+        tls = await _connect(conn, config, ssl_context, findings)
         await _ping(conn, check.pings, config.ping_timeout, findings)
         if check.path is not None:
             await _request(conn, config, check, findings)
@@ -106,60 +105,49 @@ async def probe(
         findings.problem = str(exc)
     finally:
         findings.goaway = conn.goaway
-        await _close(conn, tcp)
+        await _close(conn)
     return findings
 
 
 async def _connect(
-    conn: ProbeConnection,
-    config: Config,
-    ssl_context: ssl.SSLContext | None,
-    findings: Findings,
-    tcp: list[asyncio.Transport],
+    conn: ProbeConnection, config: Config, ssl_context: ssl.SSLContext | None, findings: Findings
 ) -> ssl.SSLObject | None:
     """TCP, TLS, the server's SETTINGS, within -connect-timeout, as h2ping dials.
     Returns the TLS connection's state (None for h2c)."""
-    loop = asyncio.get_running_loop()
     upstream = config.upstream
-    started = time.perf_counter()
     try:
-        async with asyncio.timeout(config.connect_timeout):
-            if ssl_context is not None and upstream.tls:
-                layer = TLSLayer(conn, ssl_context, upstream.host)
-                transport, _ = await loop.create_connection(
-                    lambda: layer, upstream.host, upstream.port
-                )
-                tcp.append(transport)
-                findings.tcp_time = time.perf_counter() - started
-                await layer.handshake
-                findings.tls_time = time.perf_counter() - started - findings.tcp_time
-                findings.tls = _tls_facts(layer.ssl_object, ssl_context)
-                if findings.tls.alpn != "h2":
-                    raise ProbeFailed(
-                        f"{findings.address} did not negotiate HTTP/2 with ALPN"
-                        f" (got {findings.tls.alpn or 'none'}): h2ping needs h2"
-                    )
-            else:
-                transport, _ = await loop.create_connection(
-                    lambda: conn, upstream.host, upstream.port
-                )
-                tcp.append(transport)
-                findings.tcp_time = time.perf_counter() - started
-            settings_from = time.perf_counter()
-            conn.start()
-            try:
-                findings.settings = await conn.settings
-            except ProbeFailed as exc:
-                if not upstream.tls and conn.heard_nothing and await _speaks_tls(upstream):
-                    raise ProbeFailed(f"{exc}: it speaks TLS, use an https:// upstream") from None
-                raise
-            findings.settings_time = time.perf_counter() - settings_from
-    except OSError as exc:  # TimeoutError and ssl.SSLError among them
-        detail = describe_connect_error(exc, upstream, config.connect_timeout).detail
-        raise ProbeFailed(detail) from None
+        await conn.connect(ssl_context)
+    except ProbeFailed as exc:
+        _note_steps(conn.steps, ssl_context, findings)
+        hung_up = not upstream.tls and conn.heard_nothing and conn.lost_by_peer
+        if hung_up and await _speaks_tls(upstream):
+            raise ProbeFailed(f"{exc}: it speaks TLS, use an https:// upstream") from None
+        raise
+    _note_steps(conn.steps, ssl_context, findings)
+    findings.settings = conn.settings
     findings.http2 = True
     _judge_settings(findings)
-    return layer.ssl_object if upstream.tls and ssl_context is not None else None
+    return conn.steps.ssl_object
+
+
+def _note_steps(steps: DialSteps, ssl_context: ssl.SSLContext | None, findings: Findings) -> None:
+    """The times of the dial's steps, and what the TLS handshake agreed; raises when
+    it agreed on no HTTP/2 (what was learnt is reported first)."""
+    if steps.tcp is None:
+        return
+    findings.tcp_time = steps.tcp - steps.started
+    if steps.tls is not None:
+        findings.tls_time = steps.tls - steps.tcp
+    if steps.settings is not None:
+        findings.settings_time = steps.settings - (steps.tls or steps.tcp)
+    if steps.ssl_object is None or ssl_context is None:
+        return
+    findings.tls = _tls_facts(steps.ssl_object, ssl_context)
+    if findings.tls.alpn != "h2":
+        raise ProbeFailed(
+            f"{findings.address} did not negotiate HTTP/2 with ALPN"
+            f" (got {findings.tls.alpn or 'none'}): h2ping needs h2"
+        )
 
 
 class _Unused(asyncio.BufferedProtocol):
@@ -313,12 +301,9 @@ def _note_goaway_after(conn: ProbeConnection, findings: Findings) -> None:
         )
 
 
-async def _close(conn: ProbeConnection, tcp: list[asyncio.Transport]) -> None:
+async def _close(conn: ProbeConnection) -> None:
     """Close, and give the loop the turn in which the socket is really closed."""
     conn.finish()
-    for transport in tcp:
-        if not transport.is_closing():  # a TLS handshake cut short by the timeout
-            transport.abort()
     if conn.connected:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(1.0):

@@ -13,7 +13,7 @@ Inside, :mod:`.manifest` lists every name used beyond the libraries' API,
 :mod:`.fastpaths` says which of the fast paths this process takes, and
 :mod:`.frames` cuts the inbound bytes at frame boundaries."""
 
-from .facade import ConnectionFault, H2Engine, Heard, PeerEvents, StreamEvents, our_settings
+from .facade import ConnectionFault, H2Engine, Heard, PeerEvents, StreamEvents
 from .frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter, Goaway
 
 __all__ = [
@@ -27,5 +27,4 @@ __all__ = [
     "Heard",
     "PeerEvents",
     "StreamEvents",
-    "our_settings",
 ]
