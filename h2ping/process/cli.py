@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from .._version import __version__
 from ..config import Config
 from ..errors import AccessLogError, AdminListenError, BindError
-from ..http2.engine import fastpaths
+from ..http2.engine import fast_paths_taken
 from ..logs import LIFECYCLE, plural, setup_logging
 from ..sockets import raise_nofile_limit
 from .descriptors import DescriptorWatch, is_shortage
@@ -282,7 +282,7 @@ def _run_workers(config: Config) -> int:
     """The parent of ``-workers N``: binds the one socket, forks, writes the ready file."""
     from .workers import run_workers  # not needed by a single process
 
-    fastpaths.enabled()  # probed once, here: the workers inherit the outcome
+    fast_paths_taken()  # probed once, here: the workers inherit the outcome
     try:
         sock = bind_listener(config.listen)
     except BindError as exc:

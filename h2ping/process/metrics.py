@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from .._version import __version__
 from ..config import Config
 from ..forward.retry import RetryBudget
-from ..http2.engine import fastpaths
+from ..http2.engine import fast_path_states
 from ..stats import Histogram, Stats
 from .lag import LagMonitor
 
@@ -75,7 +75,7 @@ class Snapshot:
             connections=proxy.connection_states(),
             retry_buffer_limit=proxy.config.max_buffered_bytes,
             lag=copy.deepcopy(lag),
-            fast_paths=fastpaths.states(),
+            fast_paths=fast_path_states(),
             descriptors=proxy.descriptor_counts(),
         )
 

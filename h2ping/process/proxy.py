@@ -27,7 +27,7 @@ from ..http1.listener import ClientConnection, ListenerLimits
 from ..http1.messages import Request, ResponseWriter
 from ..http1.output import OutputFlusher
 from ..http2.dial import load_ca_file
-from ..http2.engine import fastpaths
+from ..http2.engine import fast_paths_taken
 from ..http2.upstream import ConnState
 from ..logs import plural
 from ..stats import Stats
@@ -174,7 +174,7 @@ class Proxy:
         endpoint). Raises :class:`BindError`, and ``OSError`` for what else cannot
         start (the admin address, the CA file)."""
         config = self.config
-        fastpaths.enabled()  # probed now, so a failed probe is told before any request
+        fast_paths_taken()  # probed now, so a failed probe is told before any request
         context = self._ssl_context
         if context is None and config.upstream.tls:
             context = make_ssl_context(config)

@@ -1,8 +1,8 @@
 """The package's layers, read from its imports (every import, those inside
 functions included): the HTTP/1.1 and HTTP/2 sides never import each other,
 nothing below the process layer imports it, the shared leaves import no
-subpackage, no module imports itself through others, and only the CLI imports
-the check."""
+subpackage, no module imports itself through others, nothing outside the HTTP/2
+side imports a module inside its engine, and only the CLI imports the check."""
 
 from __future__ import annotations
 
@@ -151,6 +151,48 @@ def test_no_import_cycle() -> None:
         if name not in state:
             visit(name)
     assert not cycles
+
+
+# ------------------------------------------------------------ the engine's door
+#
+# The engine (h2ping.http2.engine) is entered through the names its package
+# exports; the modules below it are the HTTP/2 side's business alone.
+
+ENGINE = "h2ping.http2.engine"
+
+
+def engine_modules_imported(name: str, source: str | None = None) -> set[str]:
+    """The modules below the engine's package that ``name`` (or ``source`` in its
+    place) imports, unless ``name`` is part of the HTTP/2 side."""
+    if part_of(name) == "h2ping.http2":
+        return set()
+    return {target for target in imports(name, source) if target.startswith(ENGINE + ".")}
+
+
+def test_nothing_outside_http2_imports_a_module_of_the_engine() -> None:
+    found = {
+        name: sorted(targets) for name in MODULES if (targets := engine_modules_imported(name))
+    }
+    assert not found
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from ..http2.engine.frames import FrameSplitter\n",
+        "from ..http2.engine import frames\n",
+        "import h2ping.http2.engine.errortext\n",
+        "def f():\n    from h2ping.http2.engine.facade import H2Engine\n",
+    ],
+)
+def test_the_engine_guard_sees_an_import_past_the_door(source: str) -> None:
+    assert engine_modules_imported("h2ping.check.connection", source)
+    assert not engine_modules_imported("h2ping.http2.upstream", source)
+
+
+def test_the_engine_guard_lets_the_door_through() -> None:
+    source = "from ..http2.engine import FrameSplitter, Goaway\nfrom ..http2 import engine\n"
+    assert not engine_modules_imported("h2ping.check.connection", source)
 
 
 # ------------------------------------------------------------------ the seam
