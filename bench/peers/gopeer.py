@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOURCE = REPO_ROOT.parent / "shared" / "peers" / "h2-ping-sidecar"
 BINARY_NAME = "h2-ping-sidecar"
 BUILD_TIMEOUT = 600.0  # seconds; a cold Go build cache takes about a minute
@@ -152,8 +152,14 @@ def go_version(binary: Path) -> str:
     return data[at + 33 : at + 33 + size].decode(errors="replace") if size < 128 else "?"
 
 
-if __name__ == "__main__":
+def main() -> int:
+    """Build (or find) the binary and print its path; 1 when there is none."""
     found = sidecar_binary()
     if found is None:
-        sys.exit(1)
+        return 1
     print(found)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -32,19 +32,21 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import gopeer
-from origin import BIG_SIZE, start_origin
-from procs import (
+
+from common.procs import (
+    BENCH_DIR,
     BenchError,
     Procs,
+    bench_module,
     free_port,
     run_on_uvloop,
     serve_until_killed,
     wait_port,
     write_results,
 )
+from load.origin import BIG_SIZE, start_origin
+from peers import gopeer
 
-BENCH_DIR = Path(__file__).resolve().parent
 ROTATION_AGE = "8s"
 ROTATION_REQUESTS, ROTATION_SECONDS = 150, 12.0
 ROWS = (
@@ -72,7 +74,7 @@ def main() -> None:
             origin = start_origin(procs, tmp, max_streams=128)
             for rtt in args.rtts:
                 link_port = free_port()
-                argv = [sys.executable, str(Path(__file__)), "--link"]
+                argv = [*bench_module("scenarios.link"), "--link"]
                 link = procs.start(
                     f"link-{rtt}", [*argv, str(origin.tls_port), str(link_port), str(rtt)]
                 )

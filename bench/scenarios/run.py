@@ -24,11 +24,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import goals  # these three stdlib only, unlike the other bench modules
-from measure import cpu_model
-from procs import find_tool, write_results
+# Standard library only, unlike the other bench modules (imported where they are used).
+from common.measure import cpu_model
+from common.procs import BENCH_DIR, find_tool, write_results
+from report import goals
 
-BENCH_DIR = Path(__file__).resolve().parent
 SSE_SCENARIOS = ("sse_500", "sse_1000", "sse_2000")
 DEFAULT_SCENARIOS = (
     "small_50",
@@ -108,7 +108,7 @@ def go_available(wanted: list[str] | None) -> bool:
     """Build (or find) the Go sidecar unless --peers leaves it out; a note says why not."""
     if wanted is not None and "go" not in wanted:
         return False
-    import gopeer
+    from peers import gopeer
 
     return gopeer.cached_binary() is not None
 
@@ -164,7 +164,7 @@ def environment(peers: list[str]) -> dict[str, Any]:
     ):
         versions[tool] = _first_line([find_tool(tool) or tool, flag])
     if "go" in peers:
-        import gopeer
+        from peers import gopeer
 
         binary = gopeer.cached_binary()
         versions["go_sidecar"] = f"{binary} ({gopeer.go_version(binary)})" if binary else "?"
@@ -238,35 +238,34 @@ def run_scenarios(
     args: argparse.Namespace, peers: list[str], tmp: Path, results: dict[str, Any]
 ) -> dict[str, Any]:
     # Imported here so that a missing module is reported by check_tools, not a traceback.
-    import report
-    import scenarios
-    import streaming
-    from origin import start_origin
-    from procs import Procs
+    from common.procs import Procs
+    from load.origin import start_origin
+    from report import tables
+    from scenarios import streaming, suite
 
     procs = Procs(tmp)
     try:
         origin = start_origin(procs, tmp)
-        bench = scenarios.Bench(procs, origin, tmp, args.quick, peers, args.rounds)
+        bench = suite.Bench(procs, origin, tmp, args.quick, peers, args.rounds)
         n = args.inflight_n or (1000 if args.quick else 10_000)
         seconds = args.inflight_seconds or (10 if args.quick else 60)
         for name in args.scenarios:
             print(f"== {name}", flush=True)
             started = time.monotonic()
             if name == "inflight":
-                result = scenarios.inflight(bench, n, seconds)
+                result = suite.inflight(bench, n, seconds)
             elif name == "inflight50k":
-                result = scenarios.inflight(bench, 50_000, seconds)
+                result = suite.inflight(bench, 50_000, seconds)
             elif name in streaming.CASES:
                 result = streaming.sse(
                     bench, name, flush_each=not args.sse_batched, stall=args.sse_stall
                 )
             else:
-                result = getattr(scenarios, name)(bench)
+                result = getattr(suite, name)(bench)
             result["wall_seconds"] = round(time.monotonic() - started, 1)
-            report.add_ratios(name, result)
+            tables.add_ratios(name, result)
             results[name] = result
-            print(report.render(name, result) + "\n", flush=True)
+            print(tables.render(name, result) + "\n", flush=True)
         return bench.summaries
     finally:
         procs.close()
@@ -277,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     fatal, optional = check_tools()
     if fatal:
         return 2
-    from peers import available_peers
-    from procs import raise_nofile
+    from common.procs import raise_nofile
+    from peers.lineup import available_peers
 
     wanted = args.peers.split(",") if args.peers else None
     peers = available_peers(not optional, baseline_available(), go_available(wanted))
@@ -323,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
 def write_chart(doc: dict[str, Any], out: Path, png: bool = False) -> None:
     """The goals table as a chart, beside the JSON (``latest.svg``); one line instead
     when matplotlib is missing. A failure here leaves the run's figures written."""
-    import charts
+    from report import charts
 
     if not charts.have_matplotlib():
         print(f"chart skipped: matplotlib is not installed ({charts.INSTALL_HINT})")
@@ -345,7 +344,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def print_summary(doc: dict[str, Any]) -> None:
-    import report
+    from report import tables
 
     print(
         f"\n==== h2ping bench, {doc['date']}, {doc['nproc']} x {doc['cpu_model']}, "
@@ -354,7 +353,7 @@ def print_summary(doc: dict[str, Any]) -> None:
         f"loadavg {doc['loadavg_start']} -> {doc['loadavg_end']}"
     )
     for name, result in doc["scenarios"].items():
-        print(report.render(name, result) + "\n")
+        print(tables.render(name, result) + "\n")
     # h2ping's own complaints in full (first few per scenario); other peers' only counted.
     for peer, records in doc.get("proxy_logs", {}).items():
         for record in records:

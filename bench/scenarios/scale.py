@@ -27,13 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import gopeer
-from origin import start_origin
-from peers import GO_SHUTDOWN_GRACE, LAG_INTERVAL
-from procs import (
+from common.procs import (
+    BENCH_DIR,
     BenchError,
     Procs,
     _children,
+    bench_module,
     free_port,
     raise_nofile,
     tree_cpu_seconds,
@@ -41,9 +40,11 @@ from procs import (
     wait_port,
     write_results,
 )
-from scenarios import _merge_client_reports, merge_summaries, parse_summaries
+from load.origin import start_origin
+from peers import gopeer
+from peers.lineup import GO_SHUTDOWN_GRACE, LAG_INTERVAL
+from scenarios.suite import _merge_client_reports, merge_summaries, parse_summaries
 
-BENCH_DIR = Path(__file__).resolve().parent
 #: Requests each client process sends (each holds one descriptor per request).
 PER_CLIENT = 9000
 #: Source addresses per client process (127.0.0.2 on), so that back-to-back runs do
@@ -107,7 +108,7 @@ def parse_args() -> argparse.Namespace:
 
 
 def relay_argv(target_port: int, port: int, cut: float) -> list[str]:
-    return [sys.executable, str(Path(__file__)), "--relay", str(target_port), str(port), str(cut)]
+    return [*bench_module("scenarios.scale"), "--relay", str(target_port), str(port), str(cut)]
 
 
 def run_peer(
@@ -190,7 +191,7 @@ def start_clients(procs: Procs, name: str, port: int, args: argparse.Namespace) 
     clients = []
     for index in range(count):
         share = args.n // count + (index < args.n % count)
-        argv = [sys.executable, str(BENCH_DIR / "inflight_client.py"), "--port", str(port)]
+        argv = [*bench_module("load.inflight_client"), "--port", str(port)]
         if args.nice_clients:
             argv = ["nice", "-n", str(args.nice_clients), *argv]
         argv += ["--n", str(share), "--path", f"/delay?ms={args.seconds * 1000}"]
@@ -228,8 +229,7 @@ def print_figures(name: str, f: dict[str, Any]) -> None:
 
 def relay(target_port: int, port: int, cut: float) -> None:
     """An idle-cutting relay in a process of its own, until killed."""
-    from procs import serve_until_killed
-
+    from common.procs import serve_until_killed
     from h2ping.testing.relays import Relay
 
     serve_until_killed(lambda: Relay("127.0.0.1", target_port, idle_cut=cut, port=port))

@@ -22,20 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import goals
-import recorded
+from report import goals, recorded
 
 if TYPE_CHECKING:
     from matplotlib.artist import Artist
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LATEST_SVG = REPO / "docs" / "img" / "bench-latest.svg"
 HISTORY_SVG = REPO / "docs" / "img" / "bench-history.svg"
 INSTALL_HINT = "pip install -e '.[bench]'"
 
-# Peers without a proxy (as in peers.py): the floor every proxy adds to, not a peer
+# Peers without a proxy (as in peers/lineup.py): the floor every proxy adds to, not a peer
 # to compare a proxy with, so the charts leave them out.
 DIRECT = ("direct", "direct-h1")
 # Colour-blind-safe (Okabe-Ito), by how h2ping compares with Go (not by the goal,

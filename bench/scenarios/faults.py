@@ -13,8 +13,8 @@ d. ``uploads``: 10 concurrent 20 MiB uploads whose Content-Length is above
 
 Every request carries an id; bodies are checked by hash, and the origin counts each
 id, so each scenario also says whether any request was processed twice or left
-hanging. a, b and d use ``fault_origin.py`` (h2ping.testing's ScriptedUpstream);
-c uses nginx (origin.py), which serves the 200 MiB fast, and its access log.
+hanging. a, b and d use ``load/fault_origin.py`` (h2ping.testing's ScriptedUpstream);
+c uses nginx (load/origin.py), which serves the 200 MiB fast, and its access log.
 
 Everything is on 127.0.0.1: the proxy pinned to core 0, this process (the clients),
 the origins and curl to core 1. Every step has a time limit; every process started
@@ -41,10 +41,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from measure import percentiles
-from procs import BenchError, find_tool, write_results
+from common.measure import percentiles
+from common.procs import BENCH_DIR, BenchError, find_tool, write_results
 
-BENCH_DIR = Path(__file__).resolve().parent
 PEERS = ("h2ping", "go")
 MIB = 1024 * 1024
 STORM_CLIENTS = 40
@@ -56,8 +55,8 @@ SMALL_CONNECTIONS, SMALL_EVERY_S = 4, 0.010
 
 
 async def header_case(run: Run) -> dict[str, Any]:
-    from fault_origin import big_headers, body_for
-    from h1client import fetch
+    from load.fault_origin import big_headers, body_for
+    from load.h1client import fetch
 
     origin = await run.fault_origin("--hold", "21", "--big-header-kib", "120")
     port = await run.proxy(origin)
@@ -97,7 +96,7 @@ async def header_case(run: Run) -> dict[str, Any]:
 
 
 async def storm_case(run: Run) -> dict[str, Any]:
-    from h1client import Connection, fetch
+    from load.h1client import Connection, fetch
 
     seconds = 4.0 if run.quick else 10.0
     origin = await run.fault_origin("--storm-seconds", str(seconds), "--refuse", "0.5")
@@ -161,9 +160,9 @@ async def storm_case(run: Run) -> dict[str, Any]:
 
 
 async def fairness_case(run: Run) -> dict[str, Any]:
-    from h1client import Connection
-    from origin import HUGE_SIZE
-    from procs import tree_cpu_seconds
+    from common.procs import tree_cpu_seconds
+    from load.h1client import Connection
+    from load.origin import HUGE_SIZE
 
     idle_s = 2.0 if run.quick else 4.0
     port = await run.proxy(run.nginx)
@@ -282,8 +281,8 @@ def _access_log_counts(path: Path, prefix: str) -> collections.Counter[str]:
 
 
 async def uploads_case(run: Run) -> dict[str, Any]:
-    from h1client import fetch
-    from procs import tree_rss_kib
+    from common.procs import tree_rss_kib
+    from load.h1client import fetch
 
     origin = await run.fault_origin()
     port = await run.proxy(origin)
@@ -378,11 +377,11 @@ class Run:
         self.peer_obj: Any = None
 
     async def fault_origin(self, *extra: str) -> Any:
-        from origin import Origin
-        from procs import free_port, wait_port
+        from common.procs import bench_module, free_port, wait_port
+        from load.origin import Origin
 
         port = free_port()
-        argv = [sys.executable, str(BENCH_DIR / "fault_origin.py"), "--port", str(port)]
+        argv = [*bench_module("load.fault_origin"), "--port", str(port)]
         argv += ["--cert", str(self.ctx.tmp / "origin-cert.pem")]
         argv += ["--key", str(self.ctx.tmp / "origin-key.pem"), *extra]
         self.origin_proc = self.ctx.procs.start("fault-origin", argv)  # our core: the load's
@@ -398,7 +397,7 @@ class Run:
         return json.loads(lines[-1])
 
     async def proxy(self, origin: Any) -> int:
-        from peers import PROXY_CPU, start_peer
+        from peers.lineup import PROXY_CPU, start_peer
 
         peer = await asyncio.to_thread(start_peer, self.peer, self.ctx.procs, origin, cpu=PROXY_CPU)
         self.peer_obj = peer
@@ -407,8 +406,8 @@ class Run:
 
     async def close(self) -> dict[str, Any]:
         """Stop what is still running; the proxy's exit code and logged problems."""
-        from peers import stop_peer
-        from scenarios import PROBLEM_MARKS, merge_summaries, parse_summaries
+        from peers.lineup import stop_peer
+        from scenarios.suite import PROBLEM_MARKS, merge_summaries, parse_summaries
 
         if self.origin_proc is not None:
             await asyncio.to_thread(self.ctx.procs.stop, self.origin_proc, signal.SIGTERM, 10.0)
@@ -592,13 +591,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"missing {missing}: apt-get install -y nginx curl coreutils util-linux")
         return 2
     if "go" in peers:
-        import gopeer
+        from peers import gopeer
 
         if gopeer.cached_binary() is None:
             peers.remove("go")
-    from load import LOAD_CPU
-    from origin import start_origin
-    from procs import Procs, raise_nofile
+    from common.procs import Procs, raise_nofile
+    from load.generators import LOAD_CPU
+    from load.origin import start_origin
 
     raise_nofile()
     with contextlib.suppress(OSError):  # the clients, origins and curl: the load's core

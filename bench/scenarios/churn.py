@@ -8,7 +8,7 @@ closes, the last responses, GOAWAY and close arriving together. h2load sends
 ``--requests`` POSTs of 2,000 random bytes, 50 connections at a time, as HTTP/1.1
 into each proxy, which forwards them to nginx, where they are echoed; ``--runs``
 times per peer. ``h2ping`` runs on uvloop (what ``python -m h2ping`` uses),
-``h2ping-asyncio`` on asyncio's own loop, ``go`` is the Go sidecar (gopeer.py).
+``h2ping-asyncio`` on asyncio's own loop, ``go`` is the Go sidecar (peers/gopeer.py).
 
 For each peer: requests that did not get a 2xx by h2load's count (h2load counts
 every request left on a client connection that was cut as failed, so one lost
@@ -29,11 +29,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import gopeer
-from origin import ECHO_MODULE, write_certs
-from procs import BenchError, Procs, find_tool, free_port, wait_port, write_results
+from common.procs import (
+    BENCH_DIR,
+    BenchError,
+    Procs,
+    find_tool,
+    free_port,
+    wait_port,
+    write_results,
+)
+from load.origin import ECHO_MODULE, write_certs
+from peers import gopeer
 
-BENCH_DIR = Path(__file__).resolve().parent
 PEERS = ("h2ping", "h2ping-asyncio", "go")
 BODY_SIZE = 2000
 CONNECTIONS = 50

@@ -78,8 +78,8 @@ from typing import Any
 
 import aiohttp
 from h2.errors import ErrorCodes
-from measure import cpu_model, percentiles, rss_mib
 
+from common.measure import cpu_model, percentiles, rss_mib
 from h2ping import Proxy
 from h2ping.testing import (
     BlackholeRelay,
