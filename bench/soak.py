@@ -3,12 +3,12 @@
     python bench/soak.py                 # 10 minutes
     python bench/soak.py --minutes 1     # a quick check
 
-The code is in bench/scenarios/soak.py; bench/README.md says more.
+The code is in bench/scenarios/soak/; bench/README.md says more.
 """
 
 import sys
 
-from scenarios.soak import main
+from scenarios.soak.run import main
 
 if __name__ == "__main__":
     sys.exit(main())
