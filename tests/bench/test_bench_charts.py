@@ -1,6 +1,6 @@
-"""The bench's charts: RESULTS.md read back (bench/recorded.py), the rows a chart shows
-and the SVG files drawn from them (bench/charts.py), run.py's chart beside its JSON,
-and docs/benchmarks.md against the newest recorded run."""
+"""The bench's charts: RESULTS.md read back (bench/report/recorded.py), the rows a
+chart shows and the SVG files drawn from them (bench/report/charts.py), run.py's chart
+beside its JSON, and docs/benchmarks.md against the newest recorded run."""
 
 from __future__ import annotations
 
@@ -13,14 +13,11 @@ from typing import Any
 
 import pytest
 
-# bench/ is a folder of scripts, not a package: its modules import each other by name.
+# bench/ is not a package: its modules import each other from bench/, as its scripts do.
 sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
 
-import charts
-import goals
-import recorded
-import report
-import run
+from report import charts, goals, recorded, tables
+from scenarios import run
 
 ROOT = Path(__file__).resolve().parents[2]
 EXCERPT = Path(__file__).resolve().parent / "data" / "bench_results_excerpt.md"
@@ -152,10 +149,10 @@ def test_the_real_excerpt_judged_again_gives_its_goals_table() -> None:
 
 
 def test_the_parser_reads_the_columns_report_prints() -> None:
-    """Each header METRICS reads back is a column of report.py's table for that kind
+    """Each header METRICS reads back is a column of tables.py's table for that kind
     of scenario, and shows that key's figure unchanged."""
     for kind, metrics in recorded.METRICS.items():
-        columns = report.INFLIGHT_COLUMNS if kind == "inflight" else report.COLUMNS[kind][1]
+        columns = tables.INFLIGHT_COLUMNS if kind == "inflight" else tables.COLUMNS[kind][1]
         getters = {header: getter for header, getter, _ in columns}
         for header, key in metrics.items():
             assert header in getters, (kind, header)

@@ -1,4 +1,4 @@
-"""The benchmark's goals table (bench/goals.py), judged on a fake run's results."""
+"""The benchmark's goals table (bench/report/goals.py), judged on a fake run's results."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-# bench/ is a folder of scripts, not a package: its modules import each other by name.
+# bench/ is not a package: its modules import each other from bench/, as its scripts do.
 sys.path.append(str(Path(__file__).resolve().parents[2] / "bench"))
 
-import goals
+from report import goals
 
 
 def scenario(errors: dict[str, str] | None = None, **peers: dict) -> dict:

@@ -1,7 +1,7 @@
 """The streaming scenario: C server-sent-event streams through each proxy at once.
 
-An HTTP/2 TLS origin (sse_origin.py) sends each stream a 64-byte event every 20 ms,
-stamped with its send time; one client process (sse_client.py) holds the C streams
+An HTTP/2 TLS origin (load/sse_origin.py) sends each stream a 64-byte event every 20 ms,
+stamped with its send time; one client process (load/sse_client.py) holds the C streams
 over HTTP/1.1 through the proxy. Both run on the load core; the proxy is pinned to
 its own. Figures come from one measuring window after a warm-up: events delivered
 per second against the rate asked, delay origin -> client (p50, p99, max), and the
@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from load import LOAD_CPU
-from origin import Origin
-from peers import Peer, start_peer
-from procs import BenchError, Proc, free_port, wait_port
-from scenarios import Bench, _each_peer
+from common.procs import BenchError, Proc, bench_module, free_port, wait_port
+from load.generators import LOAD_CPU
+from load.origin import Origin
+from peers.lineup import Peer, start_peer
+from scenarios.suite import Bench, _each_peer
 
-BENCH_DIR = Path(__file__).resolve().parent
 CASES = {"sse_500": 500, "sse_1000": 1000, "sse_2000": 2000}
 INTERVAL_MS = 20
 EVENT_BYTES = 64
@@ -106,7 +103,7 @@ ROUND_KEYS = ("cpu_per_10k_events", "delay_p50_ms", "delay_p99_ms", "events_per_
 
 def _start_origin(bench: Bench, flush_each: bool) -> tuple[Proc, Origin]:
     port = free_port()
-    argv = [sys.executable, str(BENCH_DIR / "sse_origin.py"), "--port", str(port)]
+    argv = [*bench_module("load.sse_origin"), "--port", str(port)]
     if flush_each:
         argv.append("--flush-each")
     # The nginx origin's certificate (issued by the bench CA for 127.0.0.1).
@@ -129,7 +126,7 @@ def _run_client(
     assert peer.proc is not None
     port = peer.url.rsplit(":", 1)[1]
     path = f"/sse?interval_ms={params['interval_ms']}&bytes={params['bytes']}"
-    argv = [sys.executable, str(BENCH_DIR / "sse_client.py"), "--port", port]
+    argv = [*bench_module("load.sse_client"), "--port", port]
     argv += ["--streams", str(params["streams"]), "--path", path]
     argv += ["--interval-ms", str(params["interval_ms"])]
     argv += ["--warmup", str(params["warmup_s"]), "--seconds", str(params["seconds"])]

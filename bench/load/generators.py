@@ -13,8 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from measure import percentiles
-from procs import BenchError, tree_cpu_clock
+from common.measure import percentiles
+from common.procs import BenchError, tree_cpu_clock
 
 LOAD_CPU = 1
 _UNITS_US = {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}

@@ -1,4 +1,5 @@
-"""Child processes of the benchmark: start pinned, wait for a port, measure RSS, stop.
+"""Child processes of the benchmark: start pinned, wait for a port, measure RSS, stop;
+the command that runs a bench module in a process of its own.
 
 Every process is started in its own session so that stopping it also stops the
 children it forked (nghttpx runs a worker process, for instance).
@@ -15,6 +16,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
@@ -23,6 +25,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+#: bench/, the root its modules import from (``from load.origin import Origin``): the
+#: entry scripts live there, so it is their sys.path[0].
+BENCH_DIR = Path(__file__).resolve().parents[1]
+
+# bench_module's child: bench/ as sys.path[0], as for the entry scripts, then the
+# module run as __main__ (as ``python -m`` does) with the arguments that follow.
+_RUN_MODULE = (
+    "import runpy, sys; sys.path[0] = sys.argv.pop(1); "
+    "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+)
 
 
 class BenchError(RuntimeError):
@@ -111,6 +124,12 @@ class Procs:
     def close(self) -> None:
         for proc in reversed(list(self.running)):
             self.stop(proc, timeout=5.0)
+
+
+def bench_module(module: str) -> list[str]:
+    """The command that runs bench module ``module`` (``load.sse_origin``) in a Python
+    of its own, whatever the current directory; its arguments go after it."""
+    return [sys.executable, "-c", _RUN_MODULE, str(BENCH_DIR), module]
 
 
 def find_tool(name: str) -> str | None:

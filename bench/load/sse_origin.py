@@ -1,6 +1,6 @@
 """An HTTP/2 (TLS) origin that streams server-sent events, for the streaming scenario.
 
-    python bench/sse_origin.py --port 8443 --cert CERT.pem --key KEY.pem
+    cd bench && python -m load.sse_origin --port 8443 --cert CERT.pem --key KEY.pem
 
 ``GET /sse?interval_ms=T&bytes=B[&n=N]`` answers 200 ``text/event-stream`` and sends
 one event of B bytes every T ms: N events and then END_STREAM, or without ``n`` until
@@ -36,7 +36,8 @@ import time
 from urllib.parse import parse_qs, urlsplit
 
 import hpack
-from procs import run_on_uvloop
+
+from common.procs import run_on_uvloop
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (

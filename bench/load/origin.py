@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trustme
-from procs import BenchError, Procs, find_tool, free_port, wait_port
+
+from common.procs import BenchError, Procs, find_tool, free_port, wait_port
 
 ECHO_MODULE = Path("/usr/lib/nginx/modules/ngx_http_echo_module.so")
 TINY_BODY = "hello from the origin\n"

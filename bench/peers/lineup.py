@@ -4,7 +4,7 @@
 all take cleartext HTTP/1.1 and forward over TLS + HTTP/2 to the same nginx, and
 each runs pinned to core 0 (the load generator gets core 1), unless the scenario
 asks for ``cpu=None`` (unpinned). ``go`` is the real Go ``h2-ping-sidecar``, the
-binary h2ping replaces (see gopeer.py). h2ping always measures its event-loop lag.
+binary h2ping replaces (see peers/gopeer.py). h2ping always measures its event-loop lag.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-import gopeer
-from origin import Origin
-from procs import BenchError, Proc, Procs, find_tool, free_port, wait_port
+from common.procs import BenchError, Proc, Procs, bench_module, find_tool, free_port, wait_port
+from load.origin import Origin
+from peers import gopeer
 
-BENCH_DIR = Path(__file__).resolve().parent
 PROXY_CPU = 0
 LAG_INTERVAL = "10ms"  # h2ping --loop-lag-interval: lag p99/max in the shutdown summary
 DIRECT_PEERS = ("direct", "direct-h1")
@@ -110,8 +108,8 @@ def _proxy_argv(
             argv += ["-ping-interval", ping_interval]
         return argv, signal.SIGTERM
     if name == "baseline":
-        script = str(BENCH_DIR / "baseline_proxy.py")
-        argv = [sys.executable, script, "--listen", listen, "--upstream", origin.https_url]
+        argv = bench_module("peers.baseline_proxy")
+        argv += ["--listen", listen, "--upstream", origin.https_url]
         return [*argv, "--ca-file", ca], signal.SIGTERM
     if name == "nghttpx":
         return [

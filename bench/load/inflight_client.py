@@ -3,7 +3,7 @@
 Run as its own process (pinned to a core by the caller). Prints ``SENT <epoch>``
 once every request is written, then one JSON line with the outcome:
 
-    python bench/inflight_client.py --port 8080 --n 10000 --path '/delay?ms=60000'
+    cd bench && python -m load.inflight_client --port 8080 --n 10000 --path '/delay?ms=60000'
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 
-from procs import run_on_uvloop
+from common.procs import run_on_uvloop
 
 
 class Exchange(asyncio.Protocol):

@@ -5,7 +5,7 @@ It is the yardstick h2ping is compared with, so it is written the way most peopl
 would write it, without tuning beyond removing the limits that would make it
 refuse load (connection-pool size, timeouts, access log).
 
-    python bench/baseline_proxy.py --listen 127.0.0.1:8080 \
+    cd bench && python -m peers.baseline_proxy --listen 127.0.0.1:8080 \
         --upstream https://127.0.0.1:8443 --ca-file ca.pem
 """
 

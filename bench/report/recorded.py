@@ -9,7 +9,7 @@ bench's printed output in fenced blocks. This reads, from each section:
   figures per peer under the keys run.py uses, so that goals.evaluate can judge a
   run recorded before the goals table existed.
 
-Standard library only (goals.py and report.py are too).
+Standard library only (goals.py and tables.py are too).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import goals
+from report import goals
 
-RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
+RESULTS_MD = Path(__file__).resolve().parents[1] / "RESULTS.md"
 
-# The scenario of a table, by the number its title starts with (report.render).
+# The scenario of a table, by the number its title starts with (tables.render).
 NUMBERED = {
     "1": "small_50",
     "2": "latency_1",
@@ -35,9 +35,9 @@ NUMBERED = {
     "8": "small_during_download",
 }  # 7 is a streaming scenario, named by its stream count: sse_500, sse_1000, ...
 
-# Per kind of table (report.COLUMNS' keys, and "inflight"): the column headers read
+# Per kind of table (tables.COLUMNS' keys, and "inflight"): the column headers read
 # back, and the key of the figure each shows unchanged. Enough for every goal's
-# figures and the peers' ratios; tests/bench/test_bench_charts.py holds it to report.py.
+# figures and the peers' ratios; tests/bench/test_bench_charts.py holds it to tables.py.
 METRICS: dict[str, dict[str, str]] = {
     "small_50": {"req/s": "req_per_s", "CPU us/req": "cpu_us_per_req"},
     "latency_1": {
@@ -214,7 +214,7 @@ def _scenario_table(scenario: str, lines: list[str]) -> dict[str, Any]:
     metrics = METRICS.get(kind(scenario), {})
     peers: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
-    ratios: dict[str, dict[str, float]] = {}  # "h2ping/peer METRIC" columns, as report.add_ratios
+    ratios: dict[str, dict[str, float]] = {}  # "h2ping/peer METRIC" columns, as tables.add_ratios
     headers: list[str] | None = None
     for line in lines:
         if not line.strip() or _TITLE.match(line):

@@ -1,6 +1,6 @@
 """The origin of the fault scenarios: h2ping.testing's ScriptedUpstream over TLS.
 
-    python bench/fault_origin.py --port 8443 --cert CERT.pem --key KEY.pem
+    cd bench && python -m load.fault_origin --port 8443 --cert CERT.pem --key KEY.pem
 
 Every request carries ``?id=...``; the origin counts, per id, how often it arrived
 and how often it was answered, so the bench can tell that no request was processed
@@ -34,8 +34,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import hpack
 from h2.errors import ErrorCodes
-from procs import run_on_uvloop
 
+from common.procs import run_on_uvloop
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
 HOLD_LIMIT_S = 3.0  # the hold ends by then even if fewer requests came

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from report import table
+from report.tables import table
 
 COMPARE: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,

@@ -1,6 +1,6 @@
 """Hold C HTTP/1.1 server-sent-event streams through a proxy and measure delivery.
 
-    python bench/sse_client.py --port 8080 --streams 1000 \\
+    cd bench && python -m load.sse_client --port 8080 --streams 1000 \\
         --path '/sse?interval_ms=20&bytes=64' --warmup 2 --seconds 10 --cpu proxy=PID
 
 Run as its own process (pinned by the caller). It opens every stream, one connection
@@ -28,8 +28,9 @@ import sys
 import time
 
 import httptools
-from measure import percentiles
-from procs import run_on_uvloop, tree_cpu_seconds
+
+from common.measure import percentiles
+from common.procs import run_on_uvloop, tree_cpu_seconds
 
 QUEUE_SAMPLE_S = 0.25
 #: The proxy counts as behind while this much waits unread in its upstream socket.

@@ -9,7 +9,6 @@ import math
 import os
 import resource
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -18,13 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from load import LOAD_CPU, curl_transfer, h2load, latency_from_log, log_requests
-from measure import percentiles
-from origin import BIG_SIZE, HUGE_SIZE, Origin
-from peers import LAG_INTERVAL, Peer, start_peer, stop_peer
-from procs import BenchError, Procs, tcp_connections_to, tree_cpu_clock, tree_rss_kib
+from common.measure import percentiles
+from common.procs import (
+    BenchError,
+    Procs,
+    bench_module,
+    tcp_connections_to,
+    tree_cpu_clock,
+    tree_rss_kib,
+)
+from load.generators import LOAD_CPU, curl_transfer, h2load, latency_from_log, log_requests
+from load.origin import BIG_SIZE, HUGE_SIZE, Origin
+from peers.lineup import LAG_INTERVAL, Peer, start_peer, stop_peer
 
-BENCH_DIR = Path(__file__).resolve().parent
 MB = 1_000_000
 # The Go sidecar logs "upstream error: ..." for each request it answers with a 502.
 PROBLEM_MARKS = ("WARN", "ERROR", "Traceback", "Error:", "Exception", "upstream error")
@@ -548,7 +553,7 @@ def _start_clients(bench: Bench, peer: Peer, n: int, seconds: int, timeout: floa
     clients = []
     for index in range(count):
         share = n // count + (index < n % count)
-        argv = [sys.executable, str(BENCH_DIR / "inflight_client.py"), "--port", port]
+        argv = [*bench_module("load.inflight_client"), "--port", port]
         argv += ["--n", str(share), "--path", f"/delay?ms={seconds * 1000}"]
         argv += ["--timeout", str(timeout), "--source-ips", str(math.ceil(share / 20000))]
         name = f"inflight-client-{peer.name}-{index}"
