@@ -5,7 +5,8 @@ An :class:`Exchange` is the listener's request handler and the upstream stream's
 sink. A task exists only while it waits for a stream slot; body bytes flow
 through callbacks in both directions, so there is no task or copy per chunk.
 Whether a failed attempt is sent again is its :class:`~.replay.Replay`'s to
-decide, and what the request leaves in the counters and the access log is its
+decide, the request body's bytes are its :class:`~.retry.RequestBody`'s to hold,
+and what the request leaves in the counters and the access log is its
 :class:`~.accounting.Accounting`'s.
 """
 
@@ -59,7 +60,6 @@ class Exchange:
         "_account",
         "_body",
         "_body_ended",
-        "_bytes_in",
         "_ctx",
         "_fields",
         "_finished",
@@ -67,8 +67,6 @@ class Exchange:
         "_request",
         "_stream",
         "_task",
-        "_unsent",
-        "_unsent_bytes",
         "_writer",
         "conn_id",
         "stream_id",
@@ -83,14 +81,10 @@ class Exchange:
         self._stream: UpstreamStream | None = None
         self._fields: list[Header] = []
         self._body_ended = not request.has_body
-        self._unsent: list[bytes] = []  # body received before a stream existed
-        self._unsent_bytes = 0
         self._replay = Replay(ctx.replay, request.content_length)
         self._body = self._replay.body  # fed here: a chunk costs no call on the replay
         self._account = Accounting(ctx.stats, ctx.access_log, request, writer)
         self._finished = False
-        # Counted here, not by the accounting, so that a chunk costs one addition only.
-        self._bytes_in = 0  # request body bytes received
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
 
@@ -106,27 +100,20 @@ class Exchange:
     def feed_body(self, data: bytes) -> None:
         if self._finished:
             return  # the rest of a body the upstream no longer wants
-        self._bytes_in += len(data)
-        body = self._body
-        if body.kept:
-            body.add(data)
-            if body.reason == BUDGET_REACHED:
-                log.warning(
-                    "%s: replay unavailable: kept request bodies reached max-buffered-bytes "
-                    "(%d bytes); this body streams through unkept",
-                    self._request.describe(),
-                    self._ctx.replay.budget.limit,
-                )
         stream = self._stream
+        if self._body.add(data, stream is None) == BUDGET_REACHED:
+            log.warning(
+                "%s: replay unavailable: kept request bodies reached max-buffered-bytes "
+                "(%d bytes); this body streams through unkept",
+                self._request.describe(),
+                self._ctx.replay.budget.limit,
+            )
         if stream is not None:
             stream.send(data)
             if stream.backlogged:
                 self._writer.pause_reading()
-        else:
-            self._unsent.append(data)
-            self._unsent_bytes += len(data)
-            if send_backlog_full(self._unsent_bytes):
-                self._writer.pause_reading()
+        elif send_backlog_full(self._body.waiting):
+            self._writer.pause_reading()
 
     def end_body(self) -> None:
         self._body_ended = True
@@ -230,8 +217,7 @@ class Exchange:
     def _open_on(self, slot: StreamSlot) -> None:
         """Send the request on a reserved stream slot."""
         self.conn_id = slot.conn.id
-        body = self._body.chunks if self._replay.replays else self._unsent
-        end_now = self._body_ended and not any(body)
+        end_now = self._body_ended and not any(self._body.chunks)
         try:
             stream = slot.open(self._fields, self, end_stream=end_now)
         except SlotLost:  # the connection ended since the reservation: nothing was sent
@@ -249,12 +235,8 @@ class Exchange:
         self._account.sent()
         if self._request.expect_continue and not self._body_ended:
             self._writer.send_continue()
-        for chunk in body:
-            stream.send(chunk)
-        self._unsent.clear()
-        self._unsent_bytes = 0
-        if self._body_ended and not end_now:
-            stream.end()
+        if self._body.chunks:  # what arrived meanwhile; on a replay, the whole body
+            self._body.send_on(stream, self._body_ended)
         if not stream.backlogged:
             self._writer.resume_reading()
 
@@ -275,7 +257,6 @@ class Exchange:
         """The exchange is over: free what it holds and forget it."""
         self._finished = True
         self._body.release()
-        self._unsent.clear()
         self._ctx.live.discard(self)
 
     def _where(self, error: UpstreamError | None = None) -> str:
@@ -313,7 +294,7 @@ class Exchange:
         self._account.ended(
             outcome,
             status,
-            bytes_in=self._bytes_in,
+            bytes_in=self._body.received,
             conn_id=self.conn_id,
             stream_id=self.stream_id,
             replays=self._replay.replays,
