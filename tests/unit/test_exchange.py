@@ -276,3 +276,26 @@ def test_a_body_given_up_during_a_replay_pause_is_still_sent_whole() -> None:
     third.sink.on_error(refused())  # not kept any more: not replayed again
     assert len(setup.pool.streams) == 3
     assert b"not retried: " + TOO_LARGE.encode() in setup.sink.out
+
+
+def test_an_exchange_ends_once_however_its_end_comes() -> None:
+    setup = Setup()
+    stream = setup.stream
+    stream.sink.on_response([(b":status", b"200")], end_stream=False)
+    stream.sink.on_end()
+    setup.exchange.cancel()  # the client leaves after its answer
+    setup.exchange.cut()
+    stream.sink.on_error(refused())
+    assert (setup.stats.completed, setup.stats.cancelled, setup.stats.failed) == (1, 0, 0)
+    assert setup.stats.cut_at_shutdown == 0
+    assert (setup.live, stream.cancelled, setup.sink.done) == (set(), False, True)
+
+
+def test_a_client_gone_mid_request_cancels_its_stream_and_is_counted_once() -> None:
+    setup = Setup()
+    stream = setup.stream
+    setup.exchange.cancel()
+    stream.sink.on_error(refused())  # the stream's own end, come late: no replay, no 502
+    assert (stream.cancelled, len(setup.pool.streams), setup.live) == (True, 1, set())
+    assert (setup.stats.cancelled, setup.stats.failed, setup.stats.replays) == (1, 0, 0)
+    assert setup.sink.out == b""
