@@ -5,8 +5,9 @@ An :class:`Exchange` is the listener's request handler and the upstream stream's
 sink. A task exists only while it waits for a stream slot; body bytes flow
 through callbacks in both directions, so there is no task or copy per chunk.
 Whether a failed attempt is sent again is its :class:`~.replay.Replay`'s to
-decide, and what the request leaves in the counters and the access log is its
-:class:`~.accounting.Accounting`'s.
+decide, the request body's bytes are its :class:`~.retry.RequestBody`'s to hold,
+and what the request leaves in the counters and the access log is its
+:class:`~.accounting.Accounting`'s. However it ends, it ends in one method.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ from .retry import BUDGET_REACHED
 log = logging.getLogger("h2ping.exchange")
 
 PROXY_NAME = "h2ping"
+
+#: The lines a request can leave in the log (besides an internal error's), each
+#: after the request (and where it went, ``Exchange._where``).
+_REPLAYING = "%s: replaying (%s), attempt %d"
+_UNKEPT = (
+    "%s: replay unavailable: kept request bodies reached max-buffered-bytes (%d bytes); "
+    "this body streams through unkept"
+)
+_ABORTED = "%s: response aborted after headers: %s"
+_FAILED = "%s: 502 %s"
 
 
 def proxy_status(error: UpstreamError) -> str:
@@ -59,7 +70,6 @@ class Exchange:
         "_account",
         "_body",
         "_body_ended",
-        "_bytes_in",
         "_ctx",
         "_fields",
         "_finished",
@@ -67,8 +77,6 @@ class Exchange:
         "_request",
         "_stream",
         "_task",
-        "_unsent",
-        "_unsent_bytes",
         "_writer",
         "conn_id",
         "stream_id",
@@ -83,14 +91,10 @@ class Exchange:
         self._stream: UpstreamStream | None = None
         self._fields: list[Header] = []
         self._body_ended = not request.has_body
-        self._unsent: list[bytes] = []  # body received before a stream existed
-        self._unsent_bytes = 0
         self._replay = Replay(ctx.replay, request.content_length)
         self._body = self._replay.body  # fed here: a chunk costs no call on the replay
         self._account = Accounting(ctx.stats, ctx.access_log, request, writer)
         self._finished = False
-        # Counted here, not by the accounting, so that a chunk costs one addition only.
-        self._bytes_in = 0  # request body bytes received
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
 
@@ -106,27 +110,15 @@ class Exchange:
     def feed_body(self, data: bytes) -> None:
         if self._finished:
             return  # the rest of a body the upstream no longer wants
-        self._bytes_in += len(data)
-        body = self._body
-        if body.kept:
-            body.add(data)
-            if body.reason == BUDGET_REACHED:
-                log.warning(
-                    "%s: replay unavailable: kept request bodies reached max-buffered-bytes "
-                    "(%d bytes); this body streams through unkept",
-                    self._request.describe(),
-                    self._ctx.replay.budget.limit,
-                )
         stream = self._stream
+        if self._body.add(data, stream is None) == BUDGET_REACHED:
+            log.warning(_UNKEPT, self._request.describe(), self._ctx.replay.budget.limit)
         if stream is not None:
             stream.send(data)
             if stream.backlogged:
                 self._writer.pause_reading()
-        else:
-            self._unsent.append(data)
-            self._unsent_bytes += len(data)
-            if send_backlog_full(self._unsent_bytes):
-                self._writer.pause_reading()
+        elif send_backlog_full(self._body.waiting):
+            self._writer.pause_reading()
 
     def end_body(self) -> None:
         self._body_ended = True
@@ -139,32 +131,15 @@ class Exchange:
 
     def cancel(self) -> None:
         """The client went away."""
-        if not self._finished:
-            self._record("cancelled")
-        self._stop()
+        self._end("cancelled")
 
     def reject(self, status: int = 0) -> None:
         """The request body was malformed: the listener answers it with ``status``."""
-        if not self._finished:
-            self._record("rejected", status)
-        self._stop()
+        self._end("rejected", status)
 
     def cut(self) -> None:
         """The proxy is shutting down and the grace period is over."""
-        if not self._finished:
-            self._record("cut_at_shutdown")
-        self._stop()
-
-    def _stop(self) -> None:
-        """Stop everything, leave nothing behind."""
-        if self._stream is not None:
-            self._stream.cancel()
-            self._stream = None
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-        self._replay.cancel()
-        self._finish()
+        self._end("cut_at_shutdown")
 
     # ----------------------------------------------------------------- stream side
 
@@ -174,9 +149,8 @@ class Exchange:
         except MalformedResponse as exc:
             if self._stream is not None:
                 self._stream.reject_response()
-            self.on_error(
-                UpstreamError(errors.HTTP_PROTOCOL_ERROR, f"malformed response header block: {exc}")
-            )
+            detail = f"malformed response header block: {exc}"
+            self.on_error(UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
             return
         self._account.response_head(status)
         self._replay.response_began()
@@ -184,18 +158,14 @@ class Exchange:
 
     def on_data(self, data: bytes, flow_controlled_length: int) -> None:
         self._writer.write(data)
-        if self._writer.paused:
-            # The stream holds the credit until the client drains (client_drained),
-            # so a slow client holds back its own stream only.
-            return
-        if self._stream is not None:
+        # While the client's socket is full the stream holds the credit until it
+        # drains (client_drained): a slow client holds back its own stream only.
+        if not self._writer.paused and self._stream is not None:
             self._stream.ack(flow_controlled_length)
 
     def on_end(self) -> None:
-        self._stream = None
-        self._finish()
-        self._writer.end()
-        self._record("ok")
+        self._stream = None  # over: nothing to cancel
+        self._end("ok")
 
     def on_error(self, error: UpstreamError) -> None:
         self._stream = None
@@ -230,8 +200,7 @@ class Exchange:
     def _open_on(self, slot: StreamSlot) -> None:
         """Send the request on a reserved stream slot."""
         self.conn_id = slot.conn.id
-        body = self._body.chunks if self._replay.replays else self._unsent
-        end_now = self._body_ended and not any(body)
+        end_now = self._body_ended and not any(self._body.chunks)
         try:
             stream = slot.open(self._fields, self, end_stream=end_now)
         except SlotLost:  # the connection ended since the reservation: nothing was sent
@@ -249,34 +218,69 @@ class Exchange:
         self._account.sent()
         if self._request.expect_continue and not self._body_ended:
             self._writer.send_continue()
-        for chunk in body:
-            stream.send(chunk)
-        self._unsent.clear()
-        self._unsent_bytes = 0
-        if self._body_ended and not end_now:
-            stream.end()
+        if self._body.chunks:  # what arrived meanwhile; on a replay, the whole body
+            self._body.send_on(stream, self._body_ended)
         if not stream.backlogged:
             self._writer.resume_reading()
 
     def _attempt_failed(self, error: UpstreamError) -> None:
         if self._finished:
             return
-        replay = self._replay
-        if replay.allows(error, self._writer.started):
-            log.info(
-                "%s: replaying (%s), attempt %d", self._where(), error.detail, replay.replays + 2
-            )
-            replay.schedule(self._next_attempt)
+        if not self._replay.allows(error, self._writer.started):
+            self._end("failed", 502, error)
             return
-        self._finish()
-        self._fail(error)
+        log.info(_REPLAYING, self._where(), error.detail, self._replay.replays + 2)
+        self._replay.schedule(self._next_attempt)
 
-    def _finish(self) -> None:
-        """The exchange is over: free what it holds and forget it."""
+    # ----------------------------------------------------------------- the end
+
+    def _end(self, outcome: str, status: int = 0, error: UpstreamError | None = None) -> None:
+        """The one way an exchange ends, at most once and in one order: stop what still
+        runs, free the body, leave the live set, answer the client, count and log.
+        ``error``: a failure to tell the client (``outcome`` and ``status`` then follow)."""
+        if self._finished:
+            return  # a client leaving after its answer, say
         self._finished = True
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.cancel()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+        self._replay.cancel()
         self._body.release()
-        self._unsent.clear()
         self._ctx.live.discard(self)
+        if error is not None:
+            outcome, status = self._tell_failure(error)
+        elif outcome == "ok":
+            self._writer.end()
+        self._account.ended(
+            outcome,
+            status,
+            bytes_in=self._body.received,
+            conn_id=self.conn_id,
+            stream_id=self.stream_id,
+            replays=self._replay.replays,
+        )
+
+    def _tell_failure(self, error: UpstreamError) -> tuple[str, int]:
+        """A 502 while none of the response reached the client, else a cut
+        connection; returns the outcome and the status the client got."""
+        writer = self._writer
+        if writer.started and writer.retract():
+            # Nothing of the response reached the client yet: a 502 can stand in.
+            self._account.response_retracted()
+        # One line per failed request: the request, the connection, the cause.
+        cause = {"cause": error.error}
+        if writer.started:
+            log.warning(_ABORTED, self._where(error), error, extra=cause)
+            writer.abort()
+            return "aborted", 0
+        error = self._replay.refusal(error)
+        log.warning(_FAILED, self._where(error), error, extra=cause)
+        self._account.error_response(502)
+        writer.send_error(502, f"h2ping: {error}", proxy_status(error))
+        return "failed", 502
 
     def _where(self, error: UpstreamError | None = None) -> str:
         """``METHOD /path conn=N stream=M`` for log lines (what is known so far)."""
@@ -288,33 +292,3 @@ class Exchange:
         if self.stream_id:
             where += f" stream={self.stream_id}"
         return where
-
-    def _fail(self, error: UpstreamError) -> None:
-        if self._writer.started and self._writer.retract():
-            # Nothing of the response reached the client yet: a 502 can stand in.
-            self._account.response_retracted()
-        # One line per failed request: the request, the connection, the cause.
-        cause = {"cause": error.error}
-        if self._writer.started:
-            log.warning(
-                "%s: response aborted after headers: %s", self._where(error), error, extra=cause
-            )
-            self._writer.abort()
-            self._record("aborted")
-            return
-        error = self._replay.refusal(error)
-        log.warning("%s: 502 %s", self._where(error), error, extra=cause)
-        self._account.error_response(502)
-        self._writer.send_error(502, f"h2ping: {error}", proxy_status(error))
-        self._record("failed", 502)
-
-    def _record(self, outcome: str, status: int = 0) -> None:
-        """Hand the ending to the accounting, with what only the exchange knows."""
-        self._account.ended(
-            outcome,
-            status,
-            bytes_in=self._bytes_in,
-            conn_id=self.conn_id,
-            stream_id=self.stream_id,
-            replays=self._replay.replays,
-        )

@@ -3,7 +3,7 @@
 A stream the upstream refused without processing it (REFUSED_STREAM, or above a
 GOAWAY's last_stream_id) ends in a retryable :class:`~h2ping.errors.UpstreamError`.
 Such a request is replayed on another connection if its body is still kept whole
-(:class:`~h2ping.forward.retry.KeptBody`) and no response to it has begun.
+(:class:`~h2ping.forward.retry.RequestBody`) and no response to it has begun.
 Nothing else is replayed: the upstream may have acted on it.
 """
 
@@ -17,7 +17,7 @@ from typing import Protocol
 
 from ..errors import UpstreamError
 from ..stats import Stats
-from .retry import KeptBody, RetryBudget
+from .retry import RequestBody, RetryBudget
 
 #: A request refused unprocessed is replayed up to MAX_REPLAYS times, as Go's
 #: transport does: the first at once, later ones after a jittered pause that
@@ -57,14 +57,15 @@ class ReplayPolicy:
 
 
 class Replay:
-    """Decides whether and when one request is sent again, and keeps its body meanwhile."""
+    """Decides whether and when one request is sent again. It makes the request's
+    :class:`RequestBody` with the policy's limits, which decide what is kept for a replay."""
 
     __slots__ = ("_answered_mark", "_pause", "_policy", "_resend", "body", "replays")
 
     def __init__(self, policy: ReplayPolicy, content_length: int | None) -> None:
         self._policy = policy
         #: Fed by the exchange directly: a body chunk costs no call here.
-        self.body = KeptBody(policy.budget, policy.body_limit, content_length)
+        self.body = RequestBody(policy.budget, policy.body_limit, content_length)
         self.replays = 0  # times sent again so far
         self._answered_mark = 0  # the upstream's answers when the last attempt failed
         self._pause: asyncio.TimerHandle | None = None

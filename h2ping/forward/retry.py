@@ -1,9 +1,9 @@
-"""Request bodies kept for replay, and the memory bound on them all.
+"""Request bodies: each held by one owner, and the memory bound on those kept for replay.
 
 A stream the upstream refused without processing it (REFUSED_STREAM, or above a
 GOAWAY's last_stream_id) can be sent again on another connection, but only if the
-request body is still at hand. So each exchange keeps its body in a
-:class:`KeptBody` until the upstream has answered. Two limits apply:
+request body is still at hand. So each exchange's :class:`RequestBody` keeps the
+body until the upstream has answered, as far as two limits allow:
 
 - ``--retry-body-limit`` per request. A body that declares a larger
   Content-Length is never kept (decided from the head, as Go's ``httputil``
@@ -12,9 +12,14 @@ request body is still at hand. So each exchange keeps its body in a
 - ``--max-buffered-bytes`` for all kept bodies together (:class:`RetryBudget`). A
   body that would exceed it streams through without a replay guarantee instead of
   growing memory: a hard bound, unlike a soft garbage-collector target.
+
+Kept or not, what arrives while no stream can take it is held by the same owner
+until one does.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 from ..stats import Stats
 
@@ -24,7 +29,7 @@ BUDGET_REACHED = "kept request bodies reached max-buffered-bytes"
 
 
 class RetryBudget:
-    """The bytes kept by every :class:`KeptBody` of one proxy, against one cap."""
+    """The bytes kept by every :class:`RequestBody` of one proxy, against one cap."""
 
     def __init__(self, limit: int, stats: Stats) -> None:
         self.limit = limit
@@ -45,20 +50,35 @@ class RetryBudget:
         self.used -= nbytes
 
 
-class KeptBody:
-    """One request's body, kept while a replay may still need it.
+class BodySink(Protocol):
+    """Where a body goes: an upstream stream."""
 
-    Once given up (too large, the budget is spent, or the response has begun), it
-    is never kept again: a replay must send the whole body or nothing.
+    def send(self, data: bytes) -> None: ...
+    def end(self) -> None: ...
+
+
+class RequestBody:
+    """One request's body bytes, wherever they are needed: held while no stream can
+    take them, and kept whole while a replay may still need them.
+
+    :attr:`chunks` is what the next stream opened for the request is sent first:
+    while kept, the whole body so far (a replay resends all of it); once not, only
+    what arrived since a stream last took it. Once given up (too large, the budget
+    is spent, or the response has begun), the body is never kept again: a replay
+    must send the whole body or nothing.
     """
 
-    __slots__ = ("_budget", "_limit", "chunks", "nbytes", "reason")
+    __slots__ = ("_budget", "_limit", "chunks", "nbytes", "reason", "received", "waiting")
 
     def __init__(self, budget: RetryBudget, limit: int, content_length: int | None) -> None:
         self._budget = budget
         self._limit = limit
         self.chunks: list[bytes] = []
-        self.nbytes = 0
+        self.nbytes = 0  # kept, and charged to the budget
+        self.received = 0  # all the body that arrived, kept or not
+        #: Arrived since a stream last took the body: the reading back-pressure
+        #: while none can (the whole body a replay resends is not counted again).
+        self.waiting = 0
         #: Why the body is not kept; empty while it is.
         self.reason = ""
         if content_length is not None and content_length > limit:
@@ -69,26 +89,56 @@ class KeptBody:
         """True while a replay could resend the body (so far, all of it is here)."""
         return not self.reason
 
-    def add(self, data: bytes) -> None:
-        """Keep ``data`` too, or give the body up if it no longer fits; then
-        :attr:`reason` says why (:data:`TOO_LARGE` or :data:`BUDGET_REACHED`)."""
+    def add(self, data: bytes, held: bool = False) -> str:
+        """Take the next chunk: sent on at once by the caller, or ``held`` until a
+        stream takes it (:meth:`send_on`). It is kept for a replay unless it no
+        longer fits; returns why keeping stopped (:data:`TOO_LARGE` or
+        :data:`BUDGET_REACHED`) if this chunk stopped it, else ``""``."""
+        size = len(data)
+        self.received += size
+        if held:
+            self.waiting += size
         if self.reason:
-            return
-        if self.nbytes + len(data) > self._limit:
-            self.give_up(TOO_LARGE)
-        elif not self._budget.reserve(len(data)):
-            self.give_up(BUDGET_REACHED)
-        else:
+            if held:
+                self.chunks.append(data)
+            return ""
+        if self.nbytes + size > self._limit:
+            reason = TOO_LARGE
+        elif self._budget.reserve(size):
             self.chunks.append(data)
-            self.nbytes += len(data)
+            self.nbytes += size
+            return ""
+        else:
+            reason = BUDGET_REACHED
+        self.give_up(reason, held)
+        if held:
+            self.chunks.append(data)
+        return reason
 
-    def give_up(self, reason: str) -> None:
-        """Free what is kept and keep nothing more; the first reason given stays."""
-        self.release()
+    def send_on(self, stream: BodySink, complete: bool) -> None:
+        """Begin a new stream's body with :attr:`chunks` (and end it, if the body is
+        ``complete``): from now on only a replay needs them."""
+        for chunk in self.chunks:
+            stream.send(chunk)
+        self.waiting = 0
+        if self.reason:
+            self.chunks.clear()
+        if complete:
+            stream.end()
+
+    def give_up(self, reason: str, held: bool = False) -> None:
+        """Keep nothing more for a replay; the first reason given stays. What was
+        kept is freed, unless ``held``: no stream has it yet, so it stays (uncharged)
+        until one takes it."""
+        if self.nbytes:
+            self._budget.release(self.nbytes)
+            self.nbytes = 0
+        if not held:
+            self.chunks.clear()
         self.reason = self.reason or reason
 
     def release(self) -> None:
-        """Free what is kept: the exchange is over, nothing will replay it."""
+        """Free everything: the exchange is over, no stream will take it."""
         if self.nbytes:
             self._budget.release(self.nbytes)
         self.chunks.clear()

@@ -135,7 +135,10 @@ class Sink:
 
 
 class Setup:
-    def __init__(self, body: bytes = b"abc", retry_body_limit: int = 1024) -> None:
+    def __init__(
+        self, body: bytes = b"abc", retry_body_limit: int = 1024, *, chunked: bool = False
+    ) -> None:
+        """``chunked``: the body has no declared length and is still arriving."""
         self.pool = FakePool()
         self.stats = Stats()
         self.clock = FakeLoop()
@@ -154,13 +157,17 @@ class Setup:
             stats=self.stats,
             live=set(),
         )
-        headers = [(b"host", b"x"), (b"content-length", b"%d" % len(body))]
-        request = Request(b"POST", b"/r", headers, "1.1", True)
-        request.body_complete = True
+        self.live = ctx.live
+        framing = (b"content-length", b"%d" % len(body))
+        if chunked:
+            framing = (b"transfer-encoding", b"chunked")
+        request = Request(b"POST", b"/r", [(b"host", b"x"), framing], "1.1", True)
+        request.body_complete = not chunked
         self.exchange = Exchange(ctx, request, ResponseWriter(self.sink, request))
         self.exchange.start()
         self.exchange.feed_body(body)
-        self.exchange.end_body()
+        if not chunked:
+            self.exchange.end_body()
 
     @property
     def stream(self) -> FakeStream:
@@ -255,3 +262,40 @@ def test_an_error_that_may_have_been_acted_on_is_not_replayed() -> None:
     assert len(setup.pool.streams) == 1
     assert (setup.stats.replays, setup.stats.failed) == (0, 1)
     assert setup.sink.out.startswith(b"HTTP/1.1 502 ")
+
+
+def test_a_body_given_up_during_a_replay_pause_is_still_sent_whole() -> None:
+    setup = Setup(body=b"abc", retry_body_limit=10, chunked=True)
+    setup.refuse(1)  # replayed at once: the kept b"abc" goes again
+    setup.stream.sink.on_error(refused())  # the next replay waits a pause...
+    setup.exchange.feed_body(b"x" * 10)  # ...while the body outgrows the limit
+    setup.exchange.end_body()
+    setup.clock.run_due()
+    third = setup.stream
+    assert (len(setup.pool.streams), third.sent, third.ended) == (3, [b"abc", b"x" * 10], True)
+    third.sink.on_error(refused())  # not kept any more: not replayed again
+    assert len(setup.pool.streams) == 3
+    assert b"not retried: " + TOO_LARGE.encode() in setup.sink.out
+
+
+def test_an_exchange_ends_once_however_its_end_comes() -> None:
+    setup = Setup()
+    stream = setup.stream
+    stream.sink.on_response([(b":status", b"200")], end_stream=False)
+    stream.sink.on_end()
+    setup.exchange.cancel()  # the client leaves after its answer
+    setup.exchange.cut()
+    stream.sink.on_error(refused())
+    assert (setup.stats.completed, setup.stats.cancelled, setup.stats.failed) == (1, 0, 0)
+    assert setup.stats.cut_at_shutdown == 0
+    assert (setup.live, stream.cancelled, setup.sink.done) == (set(), False, True)
+
+
+def test_a_client_gone_mid_request_cancels_its_stream_and_is_counted_once() -> None:
+    setup = Setup()
+    stream = setup.stream
+    setup.exchange.cancel()
+    stream.sink.on_error(refused())  # the stream's own end, come late: no replay, no 502
+    assert (stream.cancelled, len(setup.pool.streams), setup.live) == (True, 1, set())
+    assert (setup.stats.cancelled, setup.stats.failed, setup.stats.replays) == (1, 0, 0)
+    assert setup.sink.out == b""

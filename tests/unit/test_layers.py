@@ -382,7 +382,7 @@ def test_an_upstream_connection_changes_state_through_its_table_only() -> None:
 
 # ------------------------------------------------------------------ rooms a reader can hold
 
-#: The most lines a class of the HTTP/1.1 side may span: each reads alone.
+#: The most lines a class of the HTTP/1.1 side or of forward/ may span: each reads alone.
 MAX_CLASS_LINES = 250
 
 
@@ -410,6 +410,28 @@ def test_the_size_guard_sees_a_long_class() -> None:
     source = "class Long:\n" + "    x = 1\n" * 250
     assert long_classes(source, MAX_CLASS_LINES) == ["Long: 251 lines"]
     assert not long_classes(source, 251)
+
+
+#: The exchange, where the two sides meet, is held to less.
+MAX_EXCHANGE_LINES = 230
+
+
+def test_no_class_in_forward_is_over_250_lines() -> None:
+    found = {
+        str(path.relative_to(PACKAGE)): classes
+        for path in sorted((PACKAGE / "forward").rglob("*.py"))
+        if (classes := long_classes(path.read_text(), MAX_CLASS_LINES))
+    }
+    assert not found, found
+
+
+def test_the_exchange_is_at_most_230_lines() -> None:
+    tree = ast.parse((PACKAGE / "forward" / "exchange.py").read_text())
+    (exchange,) = [
+        n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Exchange"
+    ]
+    assert exchange.end_lineno is not None
+    assert exchange.end_lineno - exchange.lineno + 1 <= MAX_EXCHANGE_LINES
 
 
 #: Underscored names of the standard library's public API.

@@ -15,7 +15,7 @@ from h2ping.forward.replay import (
     Replay,
     ReplayPolicy,
 )
-from h2ping.forward.retry import BUDGET_REACHED, TOO_LARGE, KeptBody, RetryBudget
+from h2ping.forward.retry import BUDGET_REACHED, TOO_LARGE, RequestBody, RetryBudget
 from h2ping.stats import Stats
 
 from ..fakeloop import FakeLoop
@@ -142,7 +142,7 @@ def test_progress_or_not_it_stops_at_max_replays_with_progress() -> None:
 
 def test_a_spent_budget_refuses_the_replay() -> None:
     setup = Setup(budget_limit=10)
-    other = KeptBody(setup.budget, 1024, None)
+    other = RequestBody(setup.budget, 1024, None)
     other.add(b"x" * 8)  # another request's body holds most of the budget
     setup.replay.body.add(b"abc")
     assert not setup.replay.allows(refused(), response_started=False)
