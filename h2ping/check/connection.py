@@ -26,6 +26,7 @@ from ..errors import UpstreamError
 from ..fields import Header
 from ..http2.dial import DialSteps, dial
 from ..http2.engine import Goaway
+from ..http2.peerevents import PeerEventHandler, PeerEventsHost
 from ..http2.pingbackoff import punishes_pings
 from ..http2.streams import SlotLost, UpstreamStream
 from ..http2.upstream import ConnState, UpstreamConnection
@@ -93,26 +94,40 @@ def _quiet(config: Config) -> Config:
     return dataclasses.replace(config, ping_interval=0, idle_conn_timeout=0, max_conn_age=0)
 
 
+class _WatchedPeer(PeerEventHandler):
+    """What the peer says to a :class:`_Watched` connection, handled as always;
+    its probe hears of PING ACKs and GOAWAYs."""
+
+    def __init__(self, conn: PeerEventsHost, *args: Any) -> None:
+        super().__init__(conn, *args)
+        assert isinstance(conn, _Watched)
+        self.watched = conn
+
+    def on_ping_ack(self, payload: bytes) -> None:
+        super().on_ping_ack(payload)
+        self.watched.probe.ping_acked(payload)
+
+    def on_goaway(self, goaway: Goaway) -> None:
+        conn = self.watched
+        conn.probe.goaway_received(goaway)  # first: it words the failures that follow
+        super().on_goaway(goaway)
+        if conn.state is ConnState.CONNECTING:
+            # The proxy waits on for the SETTINGS, and would time out; the check says why.
+            conn.close(f"GOAWAY {goaway.code_name} before SETTINGS")
+
+
 class _Watched(UpstreamConnection):
     """The proxy's connection, which tells the probe what it waits for as it
-    happens: a PING ACK, a GOAWAY, the end of the socket. The connection handles
-    each as it always does; the probe hears of a GOAWAY and of the socket's end
-    first, as their handling fails what the probe waits for, in its words."""
+    happens: a PING ACK, a GOAWAY (:class:`_WatchedPeer`), the end of the socket.
+    The connection handles each as it always does; the probe hears of a GOAWAY and
+    of the socket's end first, as their handling fails what the probe waits for,
+    in its words."""
+
+    peer_events = _WatchedPeer
 
     def __init__(self, config: Config, probe: ProbeConnection, stats: Stats) -> None:
         super().__init__(_quiet(config), 1, probe.changed, stats)
         self.probe = probe
-
-    def on_ping_ack(self, payload: bytes) -> None:
-        super().on_ping_ack(payload)
-        self.probe.ping_acked(payload)
-
-    def on_goaway(self, goaway: Goaway) -> None:
-        self.probe.goaway_received(goaway)  # first: it words the failures that follow
-        super().on_goaway(goaway)
-        if self.state is ConnState.CONNECTING:
-            # The proxy waits on for the SETTINGS, and would time out; the check says why.
-            self.close(f"GOAWAY {goaway.code_name} before SETTINGS")
 
     def connection_lost(self, exc: Exception | None) -> None:
         by_peer = self.state is not ConnState.CLOSED  # else it was ours to close

@@ -1,19 +1,25 @@
-"""One HTTP/2 connection to the upstream: its stream slots, its streams, its life.
+"""One HTTP/2 connection to the upstream: its life, its stream slots, its streams.
 
-The connection is an ``asyncio.Protocol`` that reads whether or not a request
-waits (push, not pull: a PING, a GOAWAY or a dead peer is seen on an idle
-connection too), pausing only while what it read is still being handled, one
-share a loop turn (:mod:`h2ping.http2.inbound`). What ``data_received`` reads
-goes to the connection's :class:`~.engine.H2Engine`, which tells it, call by
-call, what the peer said; each call goes to the stream it concerns. Nothing here
-knows about HTTP/1.1; a stream (:mod:`h2ping.http2.streams`) reports to a
-:class:`StreamSink`, which the exchange implements. When inbound frames are
-handled is :mod:`h2ping.http2.inbound`'s business, what is written and when
-:mod:`h2ping.http2.outbound`'s. Dialling (TCP, TLS, ALPN) is :mod:`h2ping.http2.dial`.
+What goes where:
 
-A GOAWAY drains the connection here, and is never given to h2: h2 closes its whole
-state machine on any received GOAWAY, which would fail the streams the server has
-promised to finish (RFC 9113 section 6.8 lets them complete).
+- :class:`UpstreamConnection` is the ``asyncio`` protocol, its state
+  (:class:`ConnState`, changed only through the table of moves ``_MOVES``) and its
+  one way to end (``_end``), whatever ends it.
+- :class:`StreamTable` is its stream slots and its streams by id: what the pool
+  reserves, what the streams and their slots talk to, how many the state allows.
+- What the peer says to the connection as a whole (SETTINGS, GOAWAY, PING ACKs,
+  WINDOW_UPDATEs) is :mod:`h2ping.http2.peerevents`' to handle; its clocks (PINGs,
+  age, idle) are :mod:`h2ping.http2.clocks`'.
+
+The connection reads whether or not a request waits (push, not pull: a PING, a
+GOAWAY or a dead peer is seen on an idle connection too), pausing only while what
+it read is still being handled, one share a loop turn (:mod:`h2ping.http2.inbound`).
+What ``data_received`` reads goes to the connection's :class:`~.engine.H2Engine`,
+which tells the stream each frame concerns, or the handler of the peer's events.
+Nothing here knows about HTTP/1.1; a stream (:mod:`h2ping.http2.streams`) reports to
+a :class:`StreamSink`, which the exchange implements. What is written and when is
+:mod:`h2ping.http2.outbound`'s business. Dialling (TCP, TLS, ALPN) is
+:mod:`h2ping.http2.dial`.
 """
 
 from __future__ import annotations
@@ -30,14 +36,13 @@ from .. import errors
 from ..config import Config
 from ..errors import UpstreamError
 from ..fields import Header
-from ..logs import plural
 from ..stats import Stats
-from .engine import ConnectionFault, Goaway, H2Engine, Heard
+from .clocks import ConnectionClocks
+from .engine import ConnectionFault, H2Engine, Heard
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
-from .lifetime import Lifetime
-from .liveness import Liveness
 from .outbound import OutboundPump
-from .pingbackoff import PingBackoff, punishes_pings
+from .peerevents import PeerEventHandler
+from .pingbackoff import PingBackoff
 from .streams import SlotLost, StreamSink, StreamSlot, UpstreamStream
 from .windows import ReceiveWindow, connection_window
 
@@ -49,9 +54,8 @@ log = logging.getLogger("h2ping.upstream")
 PROVISIONAL_STREAMS = 1
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
-_DEAD = (
-    "conn=%d dead: nothing received for %.1fs, %.1fs after a PING (ping-timeout %gs); failing %s"
-)
+#: The most streams a connection carries at once, whatever the peer allows.
+MOST_STREAMS = 2**31
 
 
 class ConnState(enum.Enum):
@@ -84,11 +88,164 @@ _MOVES: dict[ConnState, frozenset[ConnState]] = {
 }
 
 
+class StreamTable:
+    """A connection's stream slots and its streams by id: what its streams and
+    their slots talk to (:class:`~.streams.StreamHost`), and the only writer of
+    the stream table and of the counts that the pool's choosing rests on.
+
+    How many streams may be taken follows the connection's state, which the table
+    reads and never writes: the peer's limit under our own cap once open, one right
+    behind the preface before (:data:`PROVISIONAL_STREAMS`), none once it stopped
+    taking streams. A slot that comes free is news for the pool (``on_change``)
+    while the connection is open, and may close a draining one."""
+
+    def __init__(
+        self,
+        conn: UpstreamConnection,
+        streams: dict[int, UpstreamStream],
+        engine: H2Engine,
+        on_change: Callable[[UpstreamConnection], None],
+        cap: int,
+    ) -> None:
+        """``streams``: the table, which the engine reads to deliver each stream's
+        frames; ``cap``: -max-streams-per-conn (0: none)."""
+        self.id = conn.id
+        self.outbound = conn.outbound
+        self.streams = streams
+        self.reserved = 0  # slots promised by the pool but not yet opened
+        self.max_streams = 0  # 0 until the peer's first SETTINGS arrives
+        self.cap = cap or MOST_STREAMS
+        self._conn = conn
+        self._engine = engine
+        self._on_change = on_change
+        self._preface_out = False
+
+    @property
+    def free_slots(self) -> int:
+        state = self._conn.state
+        if state is ConnState.OPEN:
+            limit = min(self.max_streams, self.cap)
+        elif state is ConnState.CONNECTING and self._preface_out:
+            limit = PROVISIONAL_STREAMS
+        else:
+            return 0
+        return limit - len(self.streams) - self.reserved
+
+    @property
+    def busy(self) -> bool:
+        """Carrying a stream, or promised one."""
+        return bool(self.streams or self.reserved)
+
+    def count(self) -> int:
+        return len(self.streams)
+
+    def preface_sent(self) -> None:
+        """One stream may now go right behind the preface, before the peer's SETTINGS."""
+        self._preface_out = True
+
+    def peer_allows(self, max_concurrent_streams: int) -> None:
+        """The peer's SETTINGS_MAX_CONCURRENT_STREAMS, as it stands now."""
+        self.max_streams = min(max_concurrent_streams, MOST_STREAMS)
+
+    # try_reserve() hands a slot out, and StreamSlot.open() or .release() gives it
+    # back exactly once (unreserve()).
+
+    def try_reserve(self) -> StreamSlot | None:
+        """One stream slot for the caller, if the connection takes streams and has room."""
+        if self.free_slots <= 0:
+            return None
+        self.reserved += 1
+        return StreamSlot(self)
+
+    def open_stream(
+        self, headers: list[Header], sink: StreamSink, end_stream: bool
+    ) -> UpstreamStream:
+        """HEADERS for a new stream (by its :class:`StreamSlot` only)."""
+        conn = self._conn
+        if conn.state is not ConnState.OPEN and conn.state is not ConnState.CONNECTING:
+            if (failure := conn.setup_failure) is not None:
+                # Its only slot went to the request first in line, which now fails
+                # as the dial did (asking again would dial again, and again).
+                raise UpstreamError(failure.error, failure.detail)
+            raise SlotLost(
+                errors.CONNECTION_TERMINATED,
+                f"connection {self.id} stopped taking streams ({conn.close_reason})",
+                retryable=True,
+            )
+        engine = self._engine
+        stream_id = engine.next_stream_id()
+        engine.send_request(stream_id, headers, end_stream)
+        if extra := conn.window.extra:
+            engine.widen(stream_id, extra)  # the window's raises so far
+        stream = UpstreamStream(self, engine, stream_id, sink, ended=end_stream)
+        self.streams[stream_id] = stream
+        self.outbound.schedule_flush()
+        if stream_id >= LAST_USABLE_STREAM_ID:
+            conn.retire("stream ids exhausted")
+        return stream
+
+    def unreserve(self, freed: bool) -> None:
+        """A reservation ended: used for a stream, or (``freed``) given back or
+        failed to open."""
+        self.reserved -= 1
+        if self._conn.state is ConnState.DRAINING:
+            self.close_if_drained()
+        elif freed and self._conn.state is ConnState.OPEN:
+            self._on_change(self._conn)
+
+    def reset(self, stream: UpstreamStream, error_code: int) -> None:
+        """End ``stream`` with RST_STREAM ``error_code``; its slot is free."""
+        self._engine.reset_stream(stream.stream_id, error_code)
+        self.forget(stream)
+        self.outbound.schedule_flush()
+
+    def forget(self, stream: UpstreamStream) -> None:
+        """The stream is over: free its slot and the window credit it still holds."""
+        if stream.closed:
+            return
+        credit = stream.close()
+        self.streams.pop(stream.stream_id, None)
+        self.outbound.forget(stream)
+        conn = self._conn
+        if conn.state is ConnState.CLOSED:
+            return  # nothing to give back or to tell: the end is failing every stream
+        if credit:
+            self.outbound.give_credit(stream.stream_id, credit)
+        if not self.streams:
+            conn.lifetime.went_idle()
+        if conn.state is ConnState.OPEN:
+            self._on_change(conn)  # a slot is free
+        else:
+            self.close_if_drained()
+
+    def close_if_drained(self) -> None:
+        """Close a draining connection once no stream or promised slot is left."""
+        conn = self._conn
+        if conn.state is ConnState.DRAINING and not self.busy:
+            conn.close(conn.close_reason)
+
+    def widen(self, increment: int) -> None:
+        """Each stream's window grew by ``increment``: tell the peer for every open
+        stream (a new one hears of it right after its HEADERS, in open_stream)."""
+        for stream_id in self.streams:
+            self._engine.widen(stream_id, increment)
+        self.outbound.schedule_flush()
+
+    def __repr__(self) -> str:
+        return f"<streams of conn {self.id}: {len(self.streams)} open, {self.reserved} promised>"
+
+
 class UpstreamConnection(asyncio.BufferedProtocol):
     """An HTTP/2 client connection driven by inbound bytes, never by waiting readers.
 
     A buffered protocol: the transport (or the TLS layer, :mod:`.tlslayer`) reads
-    into one buffer of ours, where a plain protocol costs an allocation per read."""
+    into one buffer of ours, where a plain protocol costs an allocation per read.
+    Its state and its end are its own; its stream slots and streams are its
+    ``table``'s, what the peer says to it its ``peer``'s to handle, its clocks
+    (PINGs, age, idle) its ``clocks``'."""
+
+    #: Handles what the peer says to the connection itself (a subclass may watch it).
+    peer_events: type[PeerEventHandler] = PeerEventHandler
 
     def __init__(
         self,
@@ -104,56 +261,51 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.upstream = config.upstream
         self.id = conn_id
         self.state = ConnState.CONNECTING
-        self.streams: dict[int, UpstreamStream] = {}
-        self.reserved = 0  # slots promised by the pool but not yet opened
-        self.max_streams = 0  # 0 until the peer's first SETTINGS arrives
-        # -max-streams-per-conn: our own cap below the peer's (0: none).
-        self._stream_cap = config.max_streams_per_conn or 2**31
-        self.goaway_last_stream_id: int | None = None
-        self._goaway_error = ""  # the error code of a GOAWAY that had one
         self.close_reason = ""
+        self.setup_failure: UpstreamError | None = None  # why it ended before its SETTINGS
         self._on_change = on_change
         self._loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[None] = self._loop.create_future()
-        self._setup_failure: UpstreamError | None = None  # why it ended before its SETTINGS
         self._transport: asyncio.Transport | None = None
         self._stats = stats
-        self._engine = H2Engine(self, self.streams, config.max_response_header_bytes)
         self._read_buffer = memoryview(bytearray(READ_SIZE))
-        self._inbound = InboundTurns(
-            self._loop, self._take_batch, self._backlog_ready, self._is_closed, self._open_streams
-        )
-        self._ping_backoff = ping_backoff
         self.ping_interval = config.ping_interval if ping_backoff is None else ping_backoff.interval
         measuring = self.ping_interval > 0 and not (ping_backoff and ping_backoff.punishing)
         self.window = ReceiveWindow(config.max_receive_window, measuring)
-        self._liveness = Liveness(
-            self.ping_interval, config.ping_timeout, self._send_ping, self._declare_dead, stats
+        self.clocks = ConnectionClocks(self, config, self.ping_interval, stats, on_age)
+        self.lifetime = self.clocks.lifetime
+        self.peer = self.peer_events(self, self.clocks.liveness, stats, ping_backoff)
+        streams: dict[int, UpstreamStream] = {}  # the table's; the engine reads it
+        self._engine = H2Engine(self.peer, streams, config.max_response_header_bytes)
+        self.outbound: OutboundPump = OutboundPump(self._loop, self._engine)
+        cap = config.max_streams_per_conn
+        self.streams = streams  # the table's, for its readers
+        self.table = StreamTable(self, streams, self._engine, on_change, cap)
+        self._inbound = InboundTurns(
+            self._loop, self._take_batch, self._backlog_ready, self._is_closed, self.table.count
         )
-        self._on_age = on_age
-        self.lifetime = Lifetime(
-            self._loop,
-            config.max_conn_age,
-            config.idle_conn_timeout,
-            None if on_age is None else self._reached_age,
-            self._on_idle,
-            self._is_busy,
-        )
-        self.outbound = OutboundPump(self._loop, self._engine)
+        # Slots and streams are the table's: the pool's calls go straight to it.
+        self.try_reserve = self.table.try_reserve
+        self.open_stream = self.table.open_stream
+        self.unreserve = self.table.unreserve
+        self.reset = self.table.reset
+        self.forget = self.table.forget
 
-    # ----------------------------------------------------------------- capacity
-    # The connection alone counts its stream slots: try_reserve() hands one out, and
-    # StreamSlot.open() or .release() gives it back exactly once (unreserve()).
+    @property
+    def reserved(self) -> int:
+        return self.table.reserved
+
+    @property
+    def max_streams(self) -> int:
+        return self.table.max_streams
 
     @property
     def free_slots(self) -> int:
-        if self.state is ConnState.OPEN:
-            limit = min(self.max_streams, self._stream_cap)
-        elif self.state is ConnState.CONNECTING and self._transport is not None:
-            limit = PROVISIONAL_STREAMS  # the preface is out
-        else:
-            return 0
-        return limit - len(self.streams) - self.reserved
+        return self.table.free_slots
+
+    @property
+    def busy(self) -> bool:
+        return self.table.busy
 
     @property
     def answered(self) -> int:
@@ -162,8 +314,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
 
     @property
     def heard(self) -> Heard:
-        """What the peer has said (its SETTINGS as sent, its first bytes...), for a
-        report of the connection."""
+        """What the peer has said (its SETTINGS as sent, its first bytes...), for a report."""
         return self._engine.heard
 
     @property
@@ -171,62 +322,28 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         return self.lifetime.age_limit
 
     @property
-    def busy(self) -> bool:
-        """Carrying a stream, or promised one."""
-        return bool(self.streams or self.reserved)
-
-    def try_reserve(self) -> StreamSlot | None:
-        """One stream slot for the caller, if the connection takes streams and has room."""
-        if self.free_slots <= 0:
-            return None
-        self.reserved += 1
-        return StreamSlot(self)
-
-    def open_stream(
-        self, headers: list[Header], sink: StreamSink, end_stream: bool
-    ) -> UpstreamStream:
-        """HEADERS for a new stream (by its :class:`StreamSlot` only)."""
-        if self.state is not ConnState.OPEN and self.state is not ConnState.CONNECTING:
-            if (failure := self._setup_failure) is not None:
-                # Its only slot went to the request first in line, which now fails
-                # as the dial did (asking again would dial again, and again).
-                raise UpstreamError(failure.error, failure.detail)
-            raise SlotLost(
-                errors.CONNECTION_TERMINATED,
-                f"connection {self.id} stopped taking streams ({self.close_reason})",
-                retryable=True,
-            )
-        stream_id = self._engine.next_stream_id()
-        self._engine.send_request(stream_id, headers, end_stream)
-        if extra := self.window.extra:
-            self._engine.widen(stream_id, extra)
-        stream = UpstreamStream(self, self._engine, stream_id, sink, ended=end_stream)
-        self.streams[stream_id] = stream
-        self.outbound.schedule_flush()
-        if stream_id >= LAST_USABLE_STREAM_ID:
-            self._drain("stream ids exhausted")
-        return stream
-
-    def unreserve(self, freed: bool) -> None:
-        """A reservation ended: used for a stream, or (``freed``) given back or
-        failed to open."""
-        self.reserved -= 1
-        if self.state is ConnState.DRAINING:
-            self._close_if_drained()
-        elif freed and self.state is ConnState.OPEN:
-            self._on_change(self)
+    def goaway_last_stream_id(self) -> int | None:
+        return self.peer.goaway_last_stream_id
 
     async def wait_ready(self) -> None:
         await self._ready
 
+    def settings_received(self) -> None:
+        """The peer's SETTINGS (told by ``peer``): the first opens the connection."""
+        if self._enter(ConnState.OPEN):
+            self._ready.set_result(None)
+            self.clocks.start()
+        self._on_change(self)
+
+    def ping(self, payload: bytes) -> None:
+        """Send a PING now; its ACK comes to ``peer`` like any other."""
+        self._engine.ping(payload)
+        self.outbound.flush()
+
     def retire(self, reason: str) -> None:
         """Take no new streams; close cleanly (GOAWAY NO_ERROR) once the last ends."""
         self._drain(reason)
-        self._close_if_drained()
-
-    def ping(self, payload: bytes) -> None:
-        """Send a PING now; its ACK comes to :meth:`on_ping_ack` like any other."""
-        self._send_ping(payload)
+        self.table.close_if_drained()
 
     def close(self, reason: str) -> None:
         """Send GOAWAY(NO_ERROR) and close; streams still open fail."""
@@ -239,15 +356,31 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._fail_ready(error)
         self._end(error.detail, error, goaway=ErrorCodes.NO_ERROR)
 
-    # ----------------------------------------------------------------- protocol
+    def cut(self, reason: str, error: UpstreamError) -> None:
+        """End at once, telling the peer nothing (it is dead); streams fail with ``error``."""
+        self._end(reason, error)
+
+    def _enter(self, state: ConnState) -> bool:
+        """Move to ``state`` if the table of moves (``_MOVES``) allows it from here;
+        every change of state goes through here. False if refused."""
+        if state in _MOVES[self.state]:
+            self.state = state
+            return True
+        return False
+
+    def _drain(self, reason: str) -> None:
+        if self._enter(ConnState.DRAINING):
+            self.close_reason = reason
+            self.lifetime.stop()  # it takes no new streams: neither clock matters now
+            self._on_change(self)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self._inbound.attach(self._transport)
         self.outbound.attach(self._transport)
-        window = self.window
-        self._engine.start(window.announced, connection_window(window.cap))
-        if (payload := window.first_ping()) is not None:
+        self.table.preface_sent()  # once flushed below
+        self._engine.start(self.window.announced, connection_window(self.window.cap))
+        if (payload := self.window.first_ping()) is not None:
             self._engine.ping(payload)
             self._stats.window_pinged()
         self.outbound.flush()
@@ -261,11 +394,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def data_received(self, data: bytes) -> None:
         # Any inbound byte proves the peer alive, even while a PING ACK is still
         # queued behind megabytes of DATA.
-        self._liveness.saw_bytes()
+        self.clocks.liveness.saw_bytes()
         if self.state is ConnState.CLOSED:
             return
         if (payload := self.window.received(len(data))) is not None:
-            self._send_ping(payload)  # at once: it times the round trip
+            self.ping(payload)  # at once: it times the round trip
             self._stats.window_pinged()
         self._engine.feed(data)
         self._inbound.arrived()
@@ -279,37 +412,25 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.state is ConnState.CLOSED:
             return
         reason = f"connection lost: {exc}" if exc else "connection closed by upstream"
-        if self._goaway_error:
-            reason += f" after GOAWAY {self._goaway_error}"
+        if self.peer.goaway_error:
+            reason += f" after GOAWAY {self.peer.goaway_error}"
         if self.state is ConnState.CONNECTING:  # a stream sent behind the preface fails so too
             reason += " before HTTP/2 SETTINGS"
         error = UpstreamError(errors.CONNECTION_TERMINATED, reason)
         self._fail_ready(error)
         self._end(reason, error)
 
-    def _enter(self, state: ConnState) -> bool:
-        """Move to ``state`` if the table of moves (``_MOVES``) allows it from here;
-        every change of state goes through here. False if refused."""
-        if state in _MOVES[self.state]:
-            self.state = state
-            return True
-        return False
+    def pause_writing(self) -> None:
+        self.outbound.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.outbound.resume_writing()
 
     def _is_closed(self) -> bool:
         return self.state is ConnState.CLOSED
 
     def _backlog_ready(self) -> bool:
         return self._engine.ready
-
-    def _open_streams(self) -> int:
-        return len(self.streams)
-
-    def _is_busy(self) -> bool:
-        return self.busy
-
-    def _reached_age(self) -> None:
-        assert self._on_age is not None  # the clock is wired only with it
-        self._on_age(self)
 
     def _take_batch(self, budget: int = INBOUND_BATCH) -> int:
         """Handle about ``budget`` bytes of frames; return how many."""
@@ -323,139 +444,6 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.outbound.flush()
         return taken
 
-    # ------------------------------------------------- what the peer said (PeerEvents)
-
-    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
-        # An abandoned stream's data still counts against the connection window.
-        self.outbound.give_credit(stream_id, flow_controlled_length)
-
-    def on_ping_ack(self, payload: bytes) -> None:
-        grown = self.window.acked(payload)
-        if grown is None:
-            self._liveness.on_ack(payload)
-        elif grown:
-            self._widen(grown)
-
-    def _widen(self, increment: int) -> None:
-        """Each stream's window grew by ``increment``: tell the peer for every open
-        stream (a new one hears of it after its HEADERS, in open_stream)."""
-        for stream_id in self.streams:
-            self._engine.widen(stream_id, increment)
-        self._stats.window_raised()
-        rtt = self.window.rtt or 0.0
-        log.debug(
-            "conn=%d stream windows now %d bytes (round trip %.2f ms)",
-            self.id,
-            self.window.size,
-            rtt * 1000,
-        )
-        self.outbound.schedule_flush()
-
-    def on_internal_error(self, stream_id: int) -> None:
-        log.exception("conn=%d stream=%d: internal error", self.id, stream_id)
-        stream = self.streams.get(stream_id)
-        if stream is not None:
-            self.reset(stream, ErrorCodes.INTERNAL_ERROR)
-            stream.got_error(UpstreamError(errors.PROXY_INTERNAL_ERROR, "internal error"))
-
-    def on_settings(self, max_concurrent_streams: int, initial_window_changed: bool) -> None:
-        self.max_streams = min(max_concurrent_streams, 2**31)
-        if initial_window_changed:
-            self.on_window_update(0)
-        if self._enter(ConnState.OPEN):
-            self._ready.set_result(None)
-            self._liveness.start()
-            self.lifetime.start()
-        self._on_change(self)
-
-    def on_goaway(self, goaway: Goaway) -> None:
-        last = goaway.last_stream_id
-        if self.goaway_last_stream_id is not None:
-            last = min(last, self.goaway_last_stream_id)
-        self.goaway_last_stream_id = last
-        self._stats.goaway_received()
-        described = goaway.describe(last)
-        log.info(
-            "conn=%d GOAWAY received: %s open_streams=%d", self.id, described, len(self.streams)
-        )
-        if goaway.error_code != ErrorCodes.NO_ERROR:
-            self._goaway_error = goaway.code_name
-        backoff = self._ping_backoff
-        if backoff is not None and punishes_pings(goaway.error_code, goaway.debug_data):
-            self._ping_backoff = None  # once per connection
-            backoff.punished(self.id, self.ping_interval)
-        self._drain(f"GOAWAY {goaway.code_name}")
-        # Streams above last_stream_id were never processed: safe to replay.
-        for stream in [s for sid, s in self.streams.items() if sid > last]:
-            self.reset(stream, ErrorCodes.CANCEL)
-            why = f"GOAWAY last_stream_id={last} before the stream was processed"
-            stream.got_error(UpstreamError(errors.CONNECTION_TERMINATED, why, retryable=True))
-        self._close_if_drained()
-
-    # ----------------------------------------------------------------- outbound
-
-    def pause_writing(self) -> None:
-        self.outbound.pause_writing()
-
-    def resume_writing(self) -> None:
-        self.outbound.resume_writing()
-
-    def on_window_update(self, stream_id: int) -> None:
-        if not stream_id:
-            self.outbound.window_opened(None)
-        elif (stream := self.streams.get(stream_id)) is not None:
-            self.outbound.window_opened(stream)
-
-    def reset(self, stream: UpstreamStream, error_code: int) -> None:
-        """End ``stream`` with RST_STREAM ``error_code``; its slot is free."""
-        self._engine.reset_stream(stream.stream_id, error_code)
-        self.forget(stream)
-        self.outbound.schedule_flush()
-
-    def forget(self, stream: UpstreamStream) -> None:
-        """The stream is over: free its slot and the window credit it still holds."""
-        if stream.closed:
-            return
-        credit = stream.close()
-        self.streams.pop(stream.stream_id, None)
-        self.outbound.forget(stream)
-        if self.state is ConnState.CLOSED:
-            return  # nothing to give back or to tell: _end is failing every stream
-        if credit:
-            self.outbound.give_credit(stream.stream_id, credit)
-        if not self.streams:
-            self.lifetime.went_idle()
-        if self.state is ConnState.OPEN:
-            self._on_change(self)  # a slot is free
-        else:
-            self._close_if_drained()
-
-    def _send_ping(self, payload: bytes) -> None:
-        self._engine.ping(payload)
-        self.outbound.flush()
-
-    def _declare_dead(self, silent_for: float, since_ping: float) -> None:
-        timeout, failing = self._liveness.timeout, plural(len(self.streams), "stream")
-        log.warning(_DEAD, self.id, silent_for, since_ping, timeout, failing)
-        why = f"upstream connection {self.id} dead: no frame for {silent_for:.1f}s after a PING"
-        self._end("ping timeout", UpstreamError(errors.CONNECTION_TERMINATED, why))
-
-    # ----------------------------------------------------------------- ending
-
-    def _drain(self, reason: str) -> None:
-        if self._enter(ConnState.DRAINING):
-            self.close_reason = reason
-            self.lifetime.stop()  # it takes no new streams: neither clock matters now
-            self._on_change(self)
-
-    def _on_idle(self, seconds: float) -> None:
-        log.info("conn=%d idle for %.1fs: closing", self.id, seconds)
-        self.close("idle-conn-timeout")
-
-    def _close_if_drained(self) -> None:
-        if self.state is ConnState.DRAINING and not self.streams and not self.reserved:
-            self.close(self.close_reason)
-
     def _protocol_error(self, detail: str, code: int = ErrorCodes.PROTOCOL_ERROR) -> None:
         """A connection error: GOAWAY with ``code``, close, fail every stream."""
         log.warning("conn=%d HTTP/2 protocol error from upstream: %s", self.id, detail)
@@ -464,7 +452,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
 
     def _fail_ready(self, error: UpstreamError) -> None:
         if not self._ready.done():
-            self._setup_failure = error
+            self.setup_failure = error
             self._ready.set_exception(error)
             self._ready.exception()  # connect() may have stopped waiting (timeout)
 
@@ -483,18 +471,17 @@ class UpstreamConnection(asyncio.BufferedProtocol):
                 self.outbound.flush()
             self._transport.close()
         self._enter(ConnState.CLOSED)
-        self._liveness.stop()
-        self.lifetime.stop()
+        self.clocks.stop()
         self._inbound.stop()
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
-        streams = list(self.streams.values())
+        streams = list(self.table.streams.values())
         for stream in streams:
-            self.forget(stream)
+            self.table.forget(stream)
         for stream in streams:
             stream.got_error(error)
         self._on_change(self)
 
     def __repr__(self) -> str:
-        return f"<conn {self.id} {self.state.value} streams={len(self.streams)}>"
+        return f"<conn {self.id} {self.state.value} streams={len(self.table.streams)}>"

@@ -17,7 +17,7 @@ from hyperframe.frame import (
 
 from h2ping import errors
 from h2ping.errors import UpstreamError
-from h2ping.http2 import upstream
+from h2ping.http2 import clocks
 from h2ping.http2.lifetime import Lifetime
 from h2ping.http2.outbound import PUMP_BATCH
 from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState
@@ -353,7 +353,7 @@ async def test_a_connection_without_streams_for_idle_conn_timeout_closes_with_go
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = FakeLoop()  # the connection's idle clock only: the rest runs on the real loop
-    monkeypatch.setattr(upstream, "Lifetime", lambda _loop, *args: Lifetime(clock, *args))
+    monkeypatch.setattr(clocks, "Lifetime", lambda _loop, *args: Lifetime(clock, *args))
     h = Harness(idle_conn_timeout=0.05)
     stream, _ = h.open()
     clock.advance(0.08)  # the check at 0.05 found it busy; the next is at 0.10

@@ -1,0 +1,100 @@
+"""An upstream connection's clocks, and how each one ends it.
+
+Its PINGs and the deadline of their ACKs (:mod:`h2ping.http2.liveness`): a dead
+peer cuts the connection, failing its streams. Its age limit and its idle closing
+(:mod:`h2ping.http2.lifetime`): the pool retires it at its age, and an idle one
+closes with a GOAWAY. The clocks run from the peer's first SETTINGS until the
+connection ends; the age and idle clocks stop already once it takes no new streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Generic, Protocol, TypeVar
+
+from .. import errors
+from ..config import Config
+from ..errors import UpstreamError
+from ..logs import plural
+from ..stats import Stats
+from .lifetime import Lifetime
+from .liveness import Liveness
+
+log = logging.getLogger("h2ping.upstream")
+
+_DEAD = (
+    "conn=%d dead: nothing received for %.1fs, %.1fs after a PING (ping-timeout %gs); failing %s"
+)
+
+
+class ClockedConnection(Protocol):
+    """What the clocks ask of their connection: named here, so that this module
+    needs none of the connection's."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def busy(self) -> bool: ...
+    @property
+    def streams(self) -> Mapping[int, object]: ...
+    def ping(self, payload: bytes) -> None: ...
+    def close(self, reason: str) -> None: ...
+    def cut(self, reason: str, error: UpstreamError) -> None: ...
+
+
+Conn = TypeVar("Conn", bound=ClockedConnection)
+
+
+class ConnectionClocks(Generic[Conn]):
+    """The PING clock (``liveness``) and the age and idle clocks (``lifetime``) of
+    ``conn``; ``on_age(conn)`` hears of its age limit (None: no age limit)."""
+
+    def __init__(
+        self,
+        conn: Conn,
+        config: Config,
+        ping_interval: float,
+        stats: Stats,
+        on_age: Callable[[Conn], None] | None,
+    ) -> None:
+        self._conn = conn
+        self._on_age = on_age
+        self.liveness = Liveness(ping_interval, config.ping_timeout, conn.ping, self._dead, stats)
+        self.lifetime = Lifetime(
+            asyncio.get_running_loop(),
+            config.max_conn_age,
+            config.idle_conn_timeout,
+            None if on_age is None else self._reached_age,
+            self._idle,
+            self._busy,
+        )
+
+    def start(self) -> None:
+        """The connection is open: every clock runs."""
+        self.liveness.start()
+        self.lifetime.start()
+
+    def stop(self) -> None:
+        """The connection ended."""
+        self.liveness.stop()
+        self.lifetime.stop()
+
+    def _busy(self) -> bool:
+        return self._conn.busy
+
+    def _reached_age(self) -> None:
+        assert self._on_age is not None  # the clock is wired only with it
+        self._on_age(self._conn)
+
+    def _idle(self, seconds: float) -> None:
+        log.info("conn=%d idle for %.1fs: closing", self._conn.id, seconds)
+        self._conn.close("idle-conn-timeout")
+
+    def _dead(self, silent_for: float, since_ping: float) -> None:
+        conn = self._conn
+        timeout, failing = self.liveness.timeout, plural(len(conn.streams), "stream")
+        log.warning(_DEAD, conn.id, silent_for, since_ping, timeout, failing)
+        why = f"upstream connection {conn.id} dead: no frame for {silent_for:.1f}s after a PING"
+        conn.cut("ping timeout", UpstreamError(errors.CONNECTION_TERMINATED, why))

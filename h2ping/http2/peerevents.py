@@ -1,0 +1,146 @@
+"""What the peer says to an upstream connection as a whole, and what is done about it.
+
+The engine (:class:`~.engine.H2Engine`) calls a :class:`PeerEventHandler`, in frame
+order, for what concerns no single stream: the peer's SETTINGS, its GOAWAY, PING
+ACKs (the liveness check's, or the receive window's, which then grows every open
+stream's window: :mod:`h2ping.http2.windows`), WINDOW_UPDATEs, DATA on a stream
+already let go, and a bug of ours while serving a stream. What these mean for the
+connection's life (open, draining) is the connection's to decide: the handler
+tells it through :class:`PeerEventsHost`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from h2.errors import ErrorCodes
+
+from .. import errors
+from ..errors import UpstreamError
+from ..stats import Stats
+from .engine import Goaway
+from .liveness import Liveness
+from .outbound import OutboundPump
+from .pingbackoff import PingBackoff, punishes_pings
+from .streams import UpstreamStream
+from .windows import ReceiveWindow
+
+log = logging.getLogger("h2ping.upstream")
+
+
+class PeerStreams(Protocol):
+    """What the handler asks of the connection's stream table."""
+
+    @property
+    def streams(self) -> Mapping[int, UpstreamStream]: ...
+    def peer_allows(self, max_concurrent_streams: int) -> None: ...
+    def widen(self, increment: int) -> None: ...
+
+
+class PeerEventsHost(Protocol):
+    """What the handler asks of its connection: named here, so that this module
+    needs none of the connection's."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def ping_interval(self) -> float: ...
+    @property
+    def table(self) -> PeerStreams: ...
+    @property
+    def outbound(self) -> OutboundPump: ...
+    @property
+    def window(self) -> ReceiveWindow: ...
+    def reset(self, stream: UpstreamStream, error_code: int) -> None: ...
+    def retire(self, reason: str) -> None: ...
+    def settings_received(self) -> None: ...
+
+
+class PeerEventHandler:
+    """The engine's :class:`~.engine.PeerEvents` for one connection; it owns what
+    the peer's GOAWAYs said."""
+
+    def __init__(
+        self,
+        conn: PeerEventsHost,
+        liveness: Liveness,
+        stats: Stats,
+        ping_backoff: PingBackoff | None,
+    ) -> None:
+        """``ping_backoff``, shared by the connections to one upstream, hears of a
+        GOAWAY that punishes PINGs."""
+        self._conn = conn
+        self._liveness = liveness
+        self._stats = stats
+        self._ping_backoff = ping_backoff
+        self.goaway_last_stream_id: int | None = None  # the least a GOAWAY said
+        self.goaway_error = ""  # the error code of a GOAWAY that had one
+
+    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
+        # An abandoned stream's data still counts against the connection window.
+        self._conn.outbound.give_credit(stream_id, flow_controlled_length)
+
+    def on_window_update(self, stream_id: int) -> None:
+        conn = self._conn
+        if not stream_id:
+            conn.outbound.window_opened(None)
+        elif (stream := conn.table.streams.get(stream_id)) is not None:
+            conn.outbound.window_opened(stream)
+
+    def on_settings(self, max_concurrent_streams: int, initial_window_changed: bool) -> None:
+        self._conn.table.peer_allows(max_concurrent_streams)
+        if initial_window_changed:
+            self.on_window_update(0)
+        self._conn.settings_received()
+
+    def on_ping_ack(self, payload: bytes) -> None:
+        window = self._conn.window
+        grown = window.acked(payload)
+        if grown is None:
+            self._liveness.on_ack(payload)
+        elif grown:
+            self._conn.table.widen(grown)
+            self._stats.window_raised()
+            rtt = window.rtt or 0.0
+            log.debug(
+                "conn=%d stream windows now %d bytes (round trip %.2f ms)",
+                self._conn.id,
+                window.size,
+                rtt * 1000,
+            )
+
+    def on_internal_error(self, stream_id: int) -> None:
+        conn = self._conn
+        log.exception("conn=%d stream=%d: internal error", conn.id, stream_id)
+        stream = conn.table.streams.get(stream_id)
+        if stream is not None:
+            conn.reset(stream, ErrorCodes.INTERNAL_ERROR)
+            stream.got_error(UpstreamError(errors.PROXY_INTERNAL_ERROR, "internal error"))
+
+    def on_goaway(self, goaway: Goaway) -> None:
+        """The connection drains: h2 never hears of a GOAWAY (it would fail the
+        streams the server has promised to finish)."""
+        conn = self._conn
+        last = goaway.last_stream_id
+        if self.goaway_last_stream_id is not None:
+            last = min(last, self.goaway_last_stream_id)
+        self.goaway_last_stream_id = last
+        self._stats.goaway_received()
+        described = goaway.describe(last)
+        streams = conn.table.streams
+        log.info("conn=%d GOAWAY received: %s open_streams=%d", conn.id, described, len(streams))
+        if goaway.error_code != ErrorCodes.NO_ERROR:
+            self.goaway_error = goaway.code_name
+        backoff = self._ping_backoff
+        if backoff is not None and punishes_pings(goaway.error_code, goaway.debug_data):
+            self._ping_backoff = None  # once per connection
+            backoff.punished(conn.id, conn.ping_interval)
+        # Draining first, so that no slot freed below is handed out again.
+        conn.retire(f"GOAWAY {goaway.code_name}")
+        # Streams above last_stream_id were never processed: safe to replay.
+        for stream in [s for sid, s in streams.items() if sid > last]:
+            conn.reset(stream, ErrorCodes.CANCEL)
+            why = f"GOAWAY last_stream_id={last} before the stream was processed"
+            stream.got_error(UpstreamError(errors.CONNECTION_TERMINATED, why, retryable=True))
