@@ -382,8 +382,12 @@ def test_an_upstream_connection_changes_state_through_its_table_only() -> None:
 
 # ------------------------------------------------------------------ rooms a reader can hold
 
-#: The most lines a class of the HTTP/1.1 side or of forward/ may span: each reads alone.
+#: The most lines a class of the HTTP/1.1 side, of forward/, or of an upstream
+#: connection may span: each reads alone.
 MAX_CLASS_LINES = 250
+#: The modules of one upstream connection: the protocol, its state and its end, and
+#: its stream table (upstream.py), what the peer says to it, its clocks.
+UPSTREAM_CONNECTION = ("upstream.py", "peerevents.py", "clocks.py")
 
 
 def long_classes(source: str, limit: int) -> list[str]:
@@ -402,6 +406,17 @@ def test_no_class_of_the_http1_side_is_over_250_lines() -> None:
         path.name: classes
         for path in sorted((PACKAGE / "http1").glob("*.py"))
         if (classes := long_classes(path.read_text(), MAX_CLASS_LINES))
+    }
+    assert not found, found
+
+
+def test_no_class_of_an_upstream_connection_is_over_250_lines() -> None:
+    sources = {name: (PACKAGE / "http2" / name).read_text() for name in UPSTREAM_CONNECTION}
+    assert "class UpstreamConnection(" in sources["upstream.py"]
+    found = {
+        name: classes
+        for name, source in sources.items()
+        if (classes := long_classes(source, MAX_CLASS_LINES))
     }
     assert not found, found
 
