@@ -27,7 +27,7 @@ PUMP_BATCH = 64 * 1024
 
 
 class OutboundPump:
-    """The sending half of one connection. The connection owns its streams; this
+    """The sending half of one connection. Its stream table owns its streams; this
     owns which of them wait to send, and the write schedule."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, engine: H2Engine) -> None:

@@ -3,7 +3,8 @@
 A stream owns its request body's queue, its flow-control credit (response bytes
 delivered but not yet given back), both send marks and its one state. It frames
 its own body as far as the peer's windows allow; the connection decides when
-(:mod:`h2ping.http2.outbound`) and alone adds and removes streams.
+(:mod:`h2ping.http2.outbound`), and its stream table
+(:class:`~h2ping.http2.upstream.StreamTable`) alone adds and removes streams.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ class BodyPump(Protocol):
 
 
 class StreamHost(Protocol):
-    """What a stream and its slot ask of their connection: named here, so that
-    this module needs none of the connection's."""
+    """What a stream and its slot ask of their connection's stream table: named
+    here, so that this module needs none of the connection's."""
 
     @property
     def id(self) -> int: ...
