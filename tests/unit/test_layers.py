@@ -421,6 +421,36 @@ def test_no_class_of_an_upstream_connection_is_over_250_lines() -> None:
     assert not found, found
 
 
+def foreign_writes(source: str) -> list[str]:
+    """Where ``source`` assigns an attribute of anything but ``self``: a piece of
+    state that another class owns."""
+    return [
+        f"line {node.lineno}: {ast.unparse(target)}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Attribute)
+        and not (isinstance(target.value, ast.Name) and target.value.id == "self")
+    ]
+
+
+def test_each_part_of_an_upstream_connection_writes_only_its_own_state() -> None:
+    """The connection, its stream table, its peer-event handler and its clocks
+    ask one another; none writes another's attributes."""
+    found = {
+        name: writes
+        for name in UPSTREAM_CONNECTION
+        if (writes := foreign_writes((PACKAGE / "http2" / name).read_text()))
+    }
+    assert not found, found
+
+
+def test_the_write_guard_sees_a_write_from_outside() -> None:
+    assert foreign_writes("def f(conn):\n    conn.table.reserved -= 1\n")
+    assert foreign_writes("def f(conn):\n    conn.state = None\n")
+    assert not foreign_writes("class C:\n    def f(self):\n        self.state = None\n")
+
+
 def test_the_size_guard_sees_a_long_class() -> None:
     source = "class Long:\n" + "    x = 1\n" * 250
     assert long_classes(source, MAX_CLASS_LINES) == ["Long: 251 lines"]
