@@ -421,6 +421,16 @@ def test_no_class_of_an_upstream_connection_is_over_250_lines() -> None:
     assert not found, found
 
 
+def test_an_upstream_connection_wires_its_parts_without_lambdas() -> None:
+    """Its parts take the connection, or its bound methods: what each calls is named."""
+    found = {
+        name: [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Lambda)]
+        for name in UPSTREAM_CONNECTION
+        if "lambda" in (source := (PACKAGE / "http2" / name).read_text())
+    }
+    assert not any(found.values()), found
+
+
 def foreign_writes(source: str) -> list[str]:
     """Where ``source`` assigns an attribute of anything but ``self``: a piece of
     state that another class owns."""
