@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -25,6 +26,16 @@ from ..logs import plural
 from ..stats import Stats
 
 log = logging.getLogger("h2ping.pool")
+
+
+def _clear_frames(exc: BaseException) -> None:
+    """Clear the frames of a dial's failure and of what it happened in: kept by
+    the tracebacks, they hold the connection, which holds the failure (a cycle
+    only the cyclic collector would undo)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        traceback.clear_frames(cause.__traceback__)
+        cause = cause.__context__
 
 
 class Pool:
@@ -97,6 +108,9 @@ class Pool:
             raise
         finally:
             self._patient.discard(waiter)
+            # A failure raised from the waiter keeps this frame in its traceback,
+            # and the waiter keeps the failure: a cycle, unless the frame lets go.
+            del waiter
 
     def try_acquire(self) -> StreamSlot | None:
         """A stream slot, if one is free right now and nobody is waiting ahead
@@ -163,6 +177,7 @@ class Pool:
                 on_preface=self._on_preface,
             )
         except Exception as exc:
+            _clear_frames(exc)
             if not isinstance(exc, UpstreamError):  # a bug of ours: fail, never hang
                 log.exception(
                     "conn=%d connect to %s: internal error", conn_id, self._config.upstream

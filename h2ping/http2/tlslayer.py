@@ -93,7 +93,6 @@ class TLSLayer(asyncio.BufferedProtocol):
         self._state = _State.HANDSHAKE
         self._tcp: asyncio.Transport | None = None
         self._read_buffer = memoryview(bytearray(TCP_READ_SIZE))
-        self._transport = TLSTransport(self)
         self._app_paused = False
         self._tcp_paused = False
         self._resume_scheduled = False
@@ -122,12 +121,14 @@ class TLSLayer(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         state, self._state = self._state, _State.CLOSED
         if not self._app_connected:
+            self._app = _GONE
             self._fail_handshake(exc or ssl.SSLEOFError("the peer closed during the handshake"))
             return
         if state is _State.OPEN:
             self._deliver(to_the_end=True)
         self._app_connected = False
-        self._app.connection_lost(exc or self._error)
+        app, self._app = self._app, _GONE
+        app.connection_lost(exc or self._error)
 
     def pause_writing(self) -> None:
         if self._app_connected:
@@ -156,7 +157,9 @@ class TLSLayer(asyncio.BufferedProtocol):
         self._state = _State.OPEN
         self.handshake.set_result(None)
         self._app_connected = True
-        self._app.connection_made(self._transport)
+        # Only the protocol holds its transport, which holds this layer: the layer
+        # holding it too would make a cycle.
+        self._app.connection_made(TLSTransport(self))
         if self._state is _State.OPEN and not self._app_paused:
             self._deliver()  # application data that came with the handshake's end
 
@@ -294,6 +297,12 @@ class TLSLayer(asyncio.BufferedProtocol):
 
     def _app_is_closing(self) -> bool:
         return self._state is not _State.OPEN or self._tcp is None or self._tcp.is_closing()
+
+
+#: A layer's protocol once its connection is lost: the layer lets go of the real
+#: one, which holds the layer through its transport (a cycle only the cyclic
+#: collector would undo).
+_GONE = asyncio.BufferedProtocol()
 
 
 class TLSTransport(asyncio.Transport):

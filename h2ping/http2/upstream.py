@@ -88,6 +88,20 @@ _MOVES: dict[ConnState, frozenset[ConnState]] = {
 }
 
 
+def _unheard(conn: UpstreamConnection) -> None:
+    pass
+
+
+def _let_go(conn: UpstreamConnection) -> None:
+    """The parts of an ended connection let go of what leads back to it. Its end
+    (``UpstreamConnection._end``) calls this once what runs then has returned (the
+    engine may be amid a batch of frames). The connection is then freed by its
+    last user, not by a full pass of the cyclic collector, which comes seldom
+    (``process/heap.py``); what it still answers (its state, what it heard) stays."""
+    for part in (conn.clocks, conn.peer, conn._engine, conn._inbound, conn.table):
+        part.let_go()
+
+
 class StreamTable:
     """A connection's stream slots and its streams by id: what its streams and
     their slots talk to (:class:`~.streams.StreamHost`), and the only writer of
@@ -115,13 +129,16 @@ class StreamTable:
         self.reserved = 0  # slots promised by the pool but not yet opened
         self.max_streams = 0  # 0 until the peer's first SETTINGS arrives
         self.cap = cap or MOST_STREAMS
-        self._conn = conn
+        self._conn: UpstreamConnection | None = conn  # None once it ended (close)
+        self._ended: tuple[UpstreamError | None, str] = (None, "")  # why, once it ended
         self._engine = engine
         self._on_change = on_change
         self._preface_out = False
 
     @property
     def free_slots(self) -> int:
+        if self._conn is None:
+            return 0
         state = self._conn.state
         if state is ConnState.OPEN:
             limit = min(self.max_streams, self.cap)
@@ -162,14 +179,19 @@ class StreamTable:
     ) -> UpstreamStream:
         """HEADERS for a new stream (by its :class:`StreamSlot` only)."""
         conn = self._conn
-        if conn.state is not ConnState.OPEN and conn.state is not ConnState.CONNECTING:
-            if (failure := conn.setup_failure) is not None:
+        if conn is None or (
+            conn.state is not ConnState.OPEN and conn.state is not ConnState.CONNECTING
+        ):
+            failure, reason = (
+                self._ended if conn is None else (conn.setup_failure, conn.close_reason)
+            )
+            if failure is not None:
                 # Its only slot went to the request first in line, which now fails
                 # as the dial did (asking again would dial again, and again).
                 raise UpstreamError(failure.error, failure.detail)
             raise SlotLost(
                 errors.CONNECTION_TERMINATED,
-                f"connection {self.id} stopped taking streams ({conn.close_reason})",
+                f"connection {self.id} stopped taking streams ({reason})",
                 retryable=True,
             )
         engine = self._engine
@@ -188,10 +210,12 @@ class StreamTable:
         """A reservation ended: used for a stream, or (``freed``) given back or
         failed to open."""
         self.reserved -= 1
-        if self._conn.state is ConnState.DRAINING:
+        if (conn := self._conn) is None:
+            return
+        if conn.state is ConnState.DRAINING:
             self.close_if_drained()
-        elif freed and self._conn.state is ConnState.OPEN:
-            self._on_change(self._conn)
+        elif freed and conn.state is ConnState.OPEN:
+            self._on_change(conn)
 
     def reset(self, stream: UpstreamStream, error_code: int) -> None:
         """End ``stream`` with RST_STREAM ``error_code``; its slot is free."""
@@ -207,7 +231,7 @@ class StreamTable:
         self.streams.pop(stream.stream_id, None)
         self.outbound.forget(stream)
         conn = self._conn
-        if conn.state is ConnState.CLOSED:
+        if conn is None or conn.state is ConnState.CLOSED:
             return  # nothing to give back or to tell: the end is failing every stream
         if credit:
             self.outbound.give_credit(stream.stream_id, credit)
@@ -221,7 +245,7 @@ class StreamTable:
     def close_if_drained(self) -> None:
         """Close a draining connection once no stream or promised slot is left."""
         conn = self._conn
-        if conn.state is ConnState.DRAINING and not self.busy:
+        if conn is not None and conn.state is ConnState.DRAINING and not self.busy:
             conn.close(conn.close_reason)
 
     def widen(self, increment: int) -> None:
@@ -230,6 +254,14 @@ class StreamTable:
         for stream_id in self.streams:
             self._engine.widen(stream_id, increment)
         self.outbound.schedule_flush()
+
+    def let_go(self) -> None:
+        """The connection ended, every stream with it: let go of it (a cycle only
+        the cyclic collector would undo), keeping why, for a slot still held."""
+        if (conn := self._conn) is not None:
+            self._ended = (conn.setup_failure, conn.close_reason)
+            self._conn = None
+        self._on_change = _unheard
 
     def __repr__(self) -> str:
         return f"<streams of conn {self.id}: {len(self.streams)} open, {self.reserved} promised>"
@@ -392,8 +424,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.data_received(bytes(self._read_buffer[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
-        # Any inbound byte proves the peer alive, even while a PING ACK is still
-        # queued behind megabytes of DATA.
+        # Any inbound byte proves the peer alive (a PING ACK may wait behind megabytes of DATA).
         self.clocks.liveness.saw_bytes()
         if self.state is ConnState.CLOSED:
             return
@@ -482,6 +513,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         for stream in streams:
             stream.got_error(error)
         self._on_change(self)
+        self._loop.call_soon(_let_go, self)
 
     def __repr__(self) -> str:
         return f"<conn {self.id} {self.state.value} streams={len(self.table.streams)}>"
