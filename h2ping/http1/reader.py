@@ -257,7 +257,7 @@ class RequestReader:
         method = parser.get_method()
         version = parser.get_http_version()
         try:
-            check_head(method, version, self._headers)
+            check_head(method, self._url, version, self._headers)
         except RequestRejected as rejection:
             self._raised = rejection
             raise
