@@ -66,6 +66,8 @@ class StreamHost(Protocol):
     def id(self) -> int: ...
     @property
     def outbound(self) -> BodyPump: ...
+    @property
+    def header_list_limit(self) -> int | None: ...
     def reset(self, stream: UpstreamStream, error_code: int) -> None: ...
     def forget(self, stream: UpstreamStream) -> None: ...
     def open_stream(
@@ -294,6 +296,11 @@ class StreamSlot:
     def __init__(self, conn: StreamHost) -> None:
         self.conn = conn
         self._spent = False
+
+    @property
+    def header_list_limit(self) -> int | None:
+        """The largest request header list its connection's peer takes (None: no limit)."""
+        return self.conn.header_list_limit
 
     def open(self, headers: list[Header], sink: StreamSink, *, end_stream: bool) -> UpstreamStream:
         """Send HEADERS on this slot. Raises :class:`SlotLost` if the connection

@@ -355,6 +355,12 @@ class H2Engine:
         return self._h2.local_flow_control_window(stream_id)
 
     @property
+    def peer_header_list_limit(self) -> int | None:
+        """The peer's SETTINGS_MAX_HEADER_LIST_SIZE as it stands (None: unlimited,
+        which is also what it reads before the peer's first SETTINGS)."""
+        return self._h2.remote_settings.max_header_list_size
+
+    @property
     def max_frame_size(self) -> int:
         """The largest DATA payload the peer takes in one frame."""
         return self._h2.max_outbound_frame_size
