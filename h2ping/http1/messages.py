@@ -57,6 +57,21 @@ def reason_phrase(status: int) -> bytes:
     return reason
 
 
+def loggable_target(target: bytes) -> bytes:
+    """A request target as logs show it: without its query (it may hold secrets)
+    or fragment, nor the userinfo of an absolute-form target (``user:password@``)."""
+    for mark in (b"?", b"#"):
+        target = target.split(mark, 1)[0]
+    scheme_end = target.find(b"://")
+    if scheme_end > 0:
+        start = scheme_end + 3
+        end = target.find(b"/", start)
+        at = target.rfind(b"@", start, len(target) if end < 0 else end)
+        if at >= 0:
+            target = target[:start] + target[at + 1 :]
+    return target
+
+
 class RequestRejected(Exception):
     """The request cannot be forwarded; ``status`` and ``reason`` go to the client."""
 
@@ -184,8 +199,8 @@ class Request:
         self.has_body = self.chunked or bool(self.content_length)
 
     def describe(self) -> str:
-        """``METHOD /path`` for log lines (the query may hold secrets: left out)."""
-        path = self.target.split(b"?", 1)[0][:200]
+        """``METHOD /path`` for log lines (see :func:`loggable_target`)."""
+        path = loggable_target(self.target)[:200]
         return f"{self.method.decode('latin-1')} {path.decode('latin-1')}"
 
 
