@@ -20,7 +20,7 @@ from .. import errors
 from ..config import Upstream
 from ..errors import UpstreamError
 from ..fields import Header
-from ..http1.messages import Request, ResponseWriter
+from ..http1.messages import MAX_INFORMATIONAL, Request, ResponseWriter
 from ..http2.streams import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
 from ..stats import Stats
 from .accounting import Accounting, RequestLog
@@ -149,6 +149,13 @@ class Exchange:
         self._account.response_head(status)
         self._replay.response_began()
         self._writer.start(status, fields, has_body=not end_stream)
+
+    def on_informational(self, headers: list[Header]) -> None:
+        try:
+            if not self._writer.interim(*response_head(headers)):
+                self._bad_response(f"more than {MAX_INFORMATIONAL} informational responses")
+        except MalformedResponse as exc:
+            self._bad_response(f"malformed informational response: {exc}")
 
     def on_data(self, data: bytes, flow_controlled_length: int) -> None:
         self._writer.write(data)

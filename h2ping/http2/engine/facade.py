@@ -62,6 +62,7 @@ DEFAULT_WINDOW = 65535
 class StreamEvents(Protocol):
     """What the peer said on one stream, told to that stream in frame order."""
 
+    def got_informational(self, headers: list[Header]) -> None: ...
     def got_response(self, headers: list[Header], end_stream: bool) -> None: ...
     def got_data(self, data: bytes, flow_controlled_length: int) -> None: ...
     def got_end(self) -> None: ...
@@ -329,8 +330,12 @@ class H2Engine:
             )
         elif isinstance(event, h2.events.PingAckReceived):
             events.on_ping_ack(event.ping_data)
+        elif isinstance(event, h2.events.InformationalResponseReceived):
+            stream = self._streams.get(event.stream_id)
+            if stream is not None:
+                stream.got_informational(event.headers)
         # The rest need nothing of h2ping: h2 answers PINGs and acknowledges
-        # SETTINGS itself; informational responses and trailers are not forwarded.
+        # SETTINGS itself; response trailers are not forwarded.
 
     # ------------------------------------------------------------------ outbound
 
