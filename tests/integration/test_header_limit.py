@@ -136,3 +136,24 @@ async def test_an_upstream_431_is_passed_on_and_opens_nothing(tls: TLSFiles) -> 
         assert await get(session, proxy.url + "/x") == (431, "", b"big\n")
         assert len(up.requests) == 1 and len(up.connections) == 1
         assert proxy.stats.replays == 0
+
+
+async def test_a_first_head_sent_behind_the_preface_and_choked_on_is_then_431(
+    tls: TLSFiles,
+) -> None:
+    """A head within the provisional size goes right behind the preface, before
+    the server has said its (smaller) limit; the server ends that connection.
+    The one more try waits for a connection whose limit is known, and is
+    answered 431 there, unsent: two connections in all, not seven."""
+    async with (
+        scripted(tls, handler, max_header_list_size=4096) as up,
+        running_proxy(up.url, tls) as proxy,
+        aiohttp.ClientSession() as session,
+    ):
+        status, proxy_status, _ = await get(session, proxy.url + "/big", headers=head_of(6000))
+        assert up.requests == []
+        assert len(up.connections) == 2
+        assert proxy.stats.replays == 1
+        assert (await get(session, proxy.url + "/small"))[0] == 200
+    assert status == 431
+    assert "limit of 4096" in proxy_status
