@@ -24,7 +24,7 @@ from ..http1.messages import MAX_INFORMATIONAL, Request, ResponseWriter
 from ..http2.streams import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
 from ..stats import Stats
 from .accounting import Accounting, RequestLog
-from .failure import proxy_status, tell_failure
+from .failure import tell_failure
 from .headers import MalformedResponse, header_list_size, request_headers, response_head
 from .headlimit import goes_early, head_refusal
 from .pool import Pool
@@ -32,8 +32,6 @@ from .replay import Replay, ReplayPolicy
 from .retry import BUDGET_REACHED
 
 log = logging.getLogger("h2ping.exchange")
-
-__all__ = ["Exchange", "ExchangeContext", "proxy_status"]
 
 #: The lines a request can leave in the log (besides an internal error's and a
 #: failure's, :mod:`.failure`), each after the request (and where it went,

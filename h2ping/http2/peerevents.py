@@ -142,11 +142,10 @@ class PeerEventHandler:
         # Streams above last_stream_id were never processed: safe to replay. With
         # an error code, the first of them may be what the server choked on (a
         # head it would not take, say): it is a suspect, given one more try only.
-        unprocessed = sorted(sid for sid in streams if sid > last)
-        for stream_id in unprocessed:
-            stream = streams[stream_id]
+        unprocessed = sorted((sid, s) for sid, s in streams.items() if sid > last)
+        for stream_id, stream in unprocessed:
             conn.reset(stream, ErrorCodes.CANCEL)
-            suspect = stream_id == unprocessed[0] and goaway.error_code != ErrorCodes.NO_ERROR
+            suspect = stream_id == unprocessed[0][0] and goaway.error_code != ErrorCodes.NO_ERROR
             why = f"GOAWAY last_stream_id={last} before the stream was processed"
             if suspect:
                 why = f"GOAWAY {goaway.code_name} right after the stream was sent, unprocessed"
