@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import aiohttp
 import pytest
@@ -16,7 +17,7 @@ from h2.errors import ErrorCodes
 
 from h2ping.testing import ScriptedRequest
 
-from ..conftest import TLSFiles, running_proxy, scripted
+from ..conftest import TLSFiles, read_body, run_hypercorn, running_proxy, scripted
 
 LIMIT = 8192
 SLOW_BODY = b"s" * 300_000
@@ -157,3 +158,40 @@ async def test_a_first_head_sent_behind_the_preface_and_choked_on_is_then_431(
         assert (await get(session, proxy.url + "/small"))[0] == 200
     assert status == 431
     assert "limit of 4096" in proxy_status
+
+
+async def slow_app(scope: dict, receive: Any, send: Any) -> None:
+    """A real server's app: ``/slow`` answers after a while, the rest at once."""
+    if scope["type"] != "http":
+        return
+    await read_body(receive)
+    body = SLOW_BODY if scope["path"] == "/slow" else b"ok"
+    if scope["path"] == "/slow":
+        await asyncio.sleep(0.3)
+    headers = [(b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def test_against_hypercorn_the_issues_head_is_431_and_the_neighbour_completes(
+    tls: TLSFiles,
+) -> None:
+    """hypercorn (h2) advertises SETTINGS_MAX_HEADER_LIST_SIZE 65,536 and ends the
+    connection for a head over it. 250 fields, about 60 KB as HTTP/1.1 sends them
+    (under h2ping's own 64 KiB and 256 fields), are over 65,536 as HTTP/2 counts."""
+    fields = {f"x-f-{i:03d}": "v" * 230 for i in range(250)}
+    assert sum(len(k) + len(v) + 4 for k, v in fields.items()) < 64 * 1024
+    async with (
+        run_hypercorn(slow_app, tls) as url,
+        running_proxy(url, tls) as proxy,
+        aiohttp.ClientSession() as session,
+    ):
+        slow = asyncio.create_task(get(session, proxy.url + "/slow"))
+        await asyncio.sleep(0.1)  # /slow is on the connection, being answered
+        status, proxy_status, _ = await get(session, proxy.url + "/big", headers=fields)
+        assert not slow.done()
+        assert await slow == (200, "", SLOW_BODY)
+        assert proxy.pool is not None and len(proxy.pool.connections) == 1
+        assert proxy.stats.replays == 0
+    assert status == 431
+    assert "limit of 65536" in proxy_status
