@@ -37,6 +37,7 @@ from .flags import (
     FlagError,
     HelpRequested,
     VersionRequested,
+    command_word,
     help_text,
     parse_command_line,
 )
@@ -305,12 +306,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = os.path.basename(sys.argv[0]) if argv is None else "h2ping"
     if prog in ("__main__.py", "-c"):
         prog = "python -m h2ping"
-    # A bare first word ends Go's flags at once: no Go command line starts with one.
-    if args[:1] == ["check"]:
-        from ..check import main as check  # only the check needs it
-
-        return check(args[1:], prog)
     try:
+        # A bare first word ends Go's flags at once: no Go command line starts with
+        # one, so there it names a command.
+        if command_word(args) == "check":
+            from ..check import main as check  # only the check needs it
+
+            return check(args[1:], prog)
         command_line = parse_command_line(args)
     except HelpRequested:
         print(help_text(prog), end="")

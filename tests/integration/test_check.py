@@ -22,7 +22,13 @@ from hyperframe.frame import GoAwayFrame, PingFrame
 from h2ping.check.command import check_ssl_context, report, text_lines
 from h2ping.check.probe import Findings, probe
 from h2ping.process import cli
-from h2ping.process.flags import help_text, parse_check_command_line
+from h2ping.process.flags import (
+    SettingError,
+    UsageError,
+    help_text,
+    parse_check_command_line,
+    parse_command_line,
+)
 from h2ping.testing import RawPeer, RawUpstream, ScriptedRequest, ScriptedUpstream
 
 from ..conftest import TLSFiles, free_port
@@ -469,6 +475,49 @@ def test_check_is_dispatched_on_the_first_argument(capsys: pytest.CaptureFixture
         capsys.readouterr().err
         == 'h2ping check: -pings: invalid integer "x": expected a whole number\n'
     )
+
+
+def test_the_url_may_be_given_alone_before_or_after_the_flags() -> None:
+    # As curl and h2load take it.
+    for argv in (["http://a:81", "-pings", "4"], ["-pings", "4", "http://a:81"]):
+        command_line = parse_check_command_line(argv, {})
+        assert (str(command_line.config.upstream), command_line.check.pings) == ("http://a:81", 4)
+    with pytest.raises(UsageError, match='the URL is given twice: "http://a" and -upstream'):
+        parse_check_command_line(["http://a", "-upstream", "http://b"], {})
+    with pytest.raises(UsageError, match='unexpected argument "http://b": -upstream is given'):
+        parse_check_command_line(["-upstream", "http://a", "http://b"], {})
+    with pytest.raises(SettingError, match='-upstream: invalid URL "ftp://x"'):
+        parse_check_command_line(["ftp://x"], {})
+
+
+async def test_the_url_given_alone_is_checked() -> None:
+    async with ScriptedUpstream() as upstream:
+        code, out, err = await run_command(upstream.url, "-pings", "1")
+    assert (code, err) == (0, ""), out
+    assert out.splitlines()[0] == f"upstream     {upstream.url}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["chek", "-upstream", "http://x"], 'unknown command "chek" (did you mean check?)'),
+        (["Check", "http://x"], 'unknown command "Check" (did you mean check?)'),
+        (["https://x"], 'unknown command "https://x" (did you mean -upstream https://x?)'),
+        (["serve", "-upstream", "http://x"],
+         'unknown command "serve" (the commands: check; the proxy takes flags, see -h)'),
+    ],
+)  # fmt: skip
+def test_an_unknown_command_is_named(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == f"h2ping: {message}\n"
+
+
+def test_a_bare_word_after_the_flags_is_no_command() -> None:
+    # Go's flags end at the first bare word, which the Go binary ignores: so does h2ping.
+    command_line = parse_command_line(["-upstream", "http://x", "chek"], {})
+    assert command_line.notes[0].startswith('ignoring "chek": flags end at the first argument')
 
 
 async def test_http_to_a_tls_port_says_to_use_https(tls: TLSFiles) -> None:
