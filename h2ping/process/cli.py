@@ -99,6 +99,17 @@ def _reason(exc: OSError) -> str:
     return text[:1].lower() + text[1:]
 
 
+def _cannot_bind(exc: BindError) -> str:
+    """``cannot bind ADDR: <reason>``, the Go binary's words that launchers key on,
+    then what to do about it: the listen address is -listen's to change."""
+    hint = {
+        errno.EADDRINUSE: "another process has this port: choose another with -listen",
+        errno.EACCES: "not allowed to bind this port: choose another with -listen",
+        errno.EADDRNOTAVAIL: "no interface of this host has this address: check -listen",
+    }.get(exc.errno or 0, "check -listen")
+    return f"cannot bind {exc.address}: {_reason(exc)} ({hint})"
+
+
 def write_ready_file(path: str) -> bool:
     """Write our PID and a newline to ``path`` for a supervisor, all at once (a
     reader never sees an empty file). Logs why not and returns False on failure."""
@@ -192,7 +203,7 @@ async def _start(
         log.error("ca-file %s: %s", config.ca_file, exc.reason or exc)
         return False
     except BindError as exc:
-        log.error("cannot bind %s: %s", exc.address, _reason(exc))
+        log.error("%s", _cannot_bind(exc))
         return False
     except AccessLogError as exc:
         log.error("cannot open -access-log %s: %s", exc.path, _reason(exc))
@@ -287,7 +298,7 @@ def _run_workers(config: Config) -> int:
     try:
         sock = bind_listener(config.listen)
     except BindError as exc:
-        log.error("cannot bind %s: %s", exc.address, _reason(exc))
+        log.error("%s", _cannot_bind(exc))
         return 1
     # The workers write no ready file of their own: the parent is the process started.
     workers = config.replace(ready_file=None)

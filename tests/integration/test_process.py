@@ -112,8 +112,10 @@ async def test_port_in_use_exits_1_with_message() -> None:
             _, stderr = await asyncio.wait_for(proc.communicate(), 10)
     assert proc.returncode == 1
     [line] = stderr.decode().strip().splitlines()
+    # The Go binary's words, which launchers key on, then what to change.
     assert line.endswith(
-        f"ERROR h2ping 127.0.0.1: cannot bind 127.0.0.1:{port}: address already in use"
+        f"ERROR h2ping 127.0.0.1: cannot bind 127.0.0.1:{port}: address already in use "
+        "(another process has this port: choose another with -listen)"
     )
 
 
