@@ -249,6 +249,9 @@ class ProbeConnection:
         return reason
 
     def _setup_failure(self, error: UpstreamError) -> str:
+        tls = self.steps.ssl_object
+        if tls is not None and tls.selected_alpn_protocol() != "h2":
+            return error.detail  # no HTTP/2: what the server did next on it is no matter
         if (broken := self._broken()) is not None:
             return broken
         if self.settings is None and self.goaway is not None:

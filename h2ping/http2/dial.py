@@ -162,6 +162,38 @@ async def dial(
         raise error from None
 
 
+#: What a server without HTTP/2 is asked it speaks instead (see _spoken_instead).
+_OTHER_PROTOCOLS = ["http/1.1", "http/1.0"]
+_ASK_SECONDS = 2.0  # for that handshake; the dial already took one with this server
+
+
+async def _spoken_instead(upstream: Upstream) -> str | None:
+    """What a server that chose no protocol for h2 alone speaks instead, if it says.
+
+    h2ping offers h2 alone, as the Go binary does: a server that prefers http/1.1
+    when offered both would otherwise choose it. A server without HTTP/2 then
+    chooses nothing, which tells a person little; one more handshake, made only
+    after this dial failed and only for the protocol's name (no certificate check,
+    nothing sent), asks it what it speaks, so the error names it.
+    """
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(_OTHER_PROTOCOLS)
+    try:
+        async with asyncio.timeout(_ASK_SECONDS):
+            _, writer = await asyncio.open_connection(
+                upstream.host, upstream.port, ssl=context, server_hostname=upstream.host
+            )
+    except OSError:  # TimeoutError too: the dial's error then names no protocol
+        return None
+    try:
+        ssl_object = writer.get_extra_info("ssl_object")
+        return ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+    finally:
+        writer.transport.abort()
+
+
 def describe_connect_error(exc: OSError, upstream: Upstream, timeout: float) -> UpstreamError:
     """Opening a connection to ``upstream`` (TCP, TLS, the HTTP/2 setup within
     ``timeout``) failed with ``exc``: say why, in words."""
@@ -217,10 +249,11 @@ async def _open(
                 tls_sessions.remember(layer.ssl_object)
             alpn = layer.ssl_object.selected_alpn_protocol()
             if alpn != "h2":
+                spoken = alpn or await _spoken_instead(upstream)
                 raise UpstreamError(
                     errors.TLS_PROTOCOL_ERROR,
                     f"{upstream.host}:{upstream.port} did not negotiate HTTP/2 with ALPN"
-                    f" (got {alpn or 'none'})",
+                    f" (got {spoken or 'none'}): h2ping needs h2",
                 )
         else:
             tcp, _ = await loop.create_connection(lambda: protocol, upstream.host, upstream.port)

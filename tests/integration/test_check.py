@@ -14,6 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
@@ -31,7 +32,7 @@ from h2ping.process.flags import (
 )
 from h2ping.testing import RawPeer, RawUpstream, ScriptedRequest, ScriptedUpstream
 
-from ..conftest import TLSFiles, free_port
+from ..conftest import TLSFiles, free_port, running_proxy
 from ..nginx import run_nginx
 
 #: The command's environment: none of the caller's H2PING_* settings.
@@ -339,6 +340,35 @@ async def test_tls_server_offering_only_http1(tls: TLSFiles) -> None:
     )
     assert value(lines, "tls").startswith("TLSv1.")  # what was learnt comes first
     assert not [ln for ln in lines if ln.startswith(("http/2", "settings", "pings"))]
+
+
+async def test_the_proxys_502_words_it_as_the_check_does(tls: TLSFiles) -> None:
+    """Both offer ALPN h2 alone (as the Go binary does); the server picks nothing,
+    and both ask it what it speaks, and say so in the same words."""
+
+    async def http1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.close()
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls.cert_file, tls.key_file)
+    context.set_alpn_protocols(["http/1.1"])
+    server = await asyncio.start_server(http1, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    url = f"https://127.0.0.1:{port}"
+    async with server:
+        findings, _, _ = await check("-upstream", url, "-ca-file", tls.ca_file)
+        async with (
+            running_proxy(url, ca_file=tls.ca_file) as proxy,
+            aiohttp.ClientSession() as session,
+            session.get(proxy.url + "/v1/models") as resp,
+        ):
+            assert resp.status == 502
+            body = await resp.text()
+            status = resp.headers["proxy-status"]
+    said = f"127.0.0.1:{port} did not negotiate HTTP/2 with ALPN (got http/1.1): h2ping needs h2"
+    assert findings.problem == said
+    assert said in body and "error=tls_protocol_error" in status, (status, body)
 
 
 @pytest.mark.parametrize(
