@@ -21,6 +21,7 @@ from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame, PingFrame
 
 from h2ping.check.command import check_ssl_context, report, text_lines
+from h2ping.check.connection import printable
 from h2ping.check.probe import Findings, probe
 from h2ping.process import cli
 from h2ping.process.flags import (
@@ -146,7 +147,7 @@ async def test_an_error_status_is_a_note_not_a_failure() -> None:
         findings, lines, _ = await check("-upstream", upstream.url, "-path", "/nope?x=1")
     assert findings.usable
     assert value(lines, "request").startswith("GET /nope?x=1: 404, first byte in ")
-    assert value(lines, "request").endswith("(server: scripted?)")  # control bytes masked
+    assert value(lines, "request").endswith("(server: scripted\\x01)")  # escaped as Python does
     assert value(lines, "note") == (
         "GET /nope?x=1 answered 404: check -path, and the upstream's base path it is joined to"
     )
@@ -598,8 +599,66 @@ async def test_a_text_answer_says_the_port_speaks_http1() -> None:
         server.shutdown()
         server.server_close()
     assert findings.problem is not None
-    assert findings.problem.endswith("not HTTP/2: it speaks HTTP/1.x"), findings.problem
+    # The proxy's words, then the start of the text, escaped as Python escapes it.
+    assert findings.problem.endswith(
+        'answered with text, not HTTP/2: it speaks HTTP/1.x (it began "<!DOCTYPE HTML>\\n<htm")'
+    ), findings.problem
     assert "frame of" not in findings.problem
+
+
+@pytest.mark.parametrize("answer", ["status line", "text"])
+async def test_the_proxys_502_says_what_the_check_says_of_an_http1_port(answer: str) -> None:
+    """One wording for a port that speaks HTTP/1.x where HTTP/2 was expected: the
+    proxy's 502 says it as the check does, not as a malformed frame."""
+    import http.server
+    import threading
+
+    async def http1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)  # the HTTP/2 preface
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server: Any = None
+    if answer == "status line":
+        server = await asyncio.start_server(http1, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        said = "answered in HTTP/1.x, not HTTP/2"
+    else:  # http.server answers "PRI * HTTP/2.0" with an error page and no status line
+        server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), http.server.BaseHTTPRequestHandler
+        )
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_port
+        said = "answered with text, not HTTP/2: it speaks HTTP/1.x"
+    try:
+        findings, _, _ = await check("-upstream", f"http://127.0.0.1:{port}")
+        async with (
+            running_proxy(f"http://127.0.0.1:{port}") as proxy,
+            aiohttp.ClientSession() as session,
+            session.get(proxy.url + "/") as resp,
+        ):
+            assert resp.status == 502
+            body = await resp.text()
+    finally:
+        if answer == "status line":
+            server.close()
+        else:
+            server.shutdown()
+            server.server_close()
+    assert findings.problem is not None and findings.problem.startswith(
+        f"127.0.0.1:{port} {said}"
+    ), findings.problem
+    # http_protocol_error, or connection_terminated for a request that waited for the dial
+    assert body.startswith("h2ping: ") and body.endswith(f": {said}\n"), body
+
+
+def test_printable_escapes_as_python_does() -> None:
+    raw = b'<!DOCTYPE HTML>\n<a href="x">\\\r\t\x00\xff'
+    text = printable(raw)
+    assert text == '<!DOCTYPE HTML>\\n<a href=\\"x\\">\\\\\\r\\t\\x00\\xff'
+    assert eval(f'b"{text}"') == raw  # read back as a Python literal, nothing lost
+    assert printable(b"abcdef", 3) == "abc"
 
 
 async def test_a_server_without_tickets_does_not_resume(tls: TLSFiles) -> None:
