@@ -21,7 +21,7 @@ from ..errors import UpstreamError
 from ..sockets import caused_by_shortage, nofile_limits, set_tcp_keepalive
 from ..stats import Stats
 from .pingbackoff import PingBackoff
-from .tlslayer import SessionCache, TLSLayer
+from .tlslayer import NoApplicationProtocol, SessionCache, TLSLayer
 from .upstream import UpstreamConnection
 
 # OpenSSL's X509_V_ERR_* codes, as in SSLCertVerificationError.verify_code.
@@ -237,24 +237,26 @@ async def _open(
     try:
         if ssl_context is not None and upstream.tls:
             session = tls_sessions.session() if tls_sessions is not None else None
-            layer = TLSLayer(protocol, ssl_context, upstream.host, session)
+            # No connection_made, so no preface, PING or request, unless ALPN says h2.
+            layer = TLSLayer(protocol, ssl_context, upstream.host, session, alpn="h2")
             tcp, _ = await loop.create_connection(lambda: layer, upstream.host, upstream.port)
             steps.tcp = time.perf_counter()
-            await layer.handshake
+            try:
+                await layer.handshake
+            except NoApplicationProtocol as exc:
+                steps.tls, steps.ssl_object = time.perf_counter(), layer.ssl_object
+                spoken = exc.selected or await _spoken_instead(upstream)
+                raise UpstreamError(
+                    errors.TLS_PROTOCOL_ERROR,
+                    f"{upstream.host}:{upstream.port} did not negotiate HTTP/2 with ALPN"
+                    f" (got {spoken or 'none'}): h2ping needs h2",
+                ) from None
             steps.tls = time.perf_counter()
             steps.ssl_object = layer.ssl_object
             if layer.ssl_object.session_reused:
                 stats.tls_resumed()
             if tls_sessions is not None:
                 tls_sessions.remember(layer.ssl_object)
-            alpn = layer.ssl_object.selected_alpn_protocol()
-            if alpn != "h2":
-                spoken = alpn or await _spoken_instead(upstream)
-                raise UpstreamError(
-                    errors.TLS_PROTOCOL_ERROR,
-                    f"{upstream.host}:{upstream.port} did not negotiate HTTP/2 with ALPN"
-                    f" (got {spoken or 'none'}): h2ping needs h2",
-                )
         else:
             tcp, _ = await loop.create_connection(lambda: protocol, upstream.host, upstream.port)
             steps.tcp = time.perf_counter()
