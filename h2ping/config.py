@@ -635,6 +635,17 @@ class Config:
         read=optional_text,
         shown_default="off",
     )
+    # Each request's and response's fields, both sides, credentials masked (forward/headerlog.py).
+    log_headers: bool = setting(
+        default=False,
+        type=BOOL,
+        group="Logging",
+        metavar="",
+        help="log headers as received and sent, secrets masked",
+        doc="log the header fields of each request and response as received and as sent, on "
+        "both sides, credentials and query values masked (see "
+        "[Observability](docs/observability.md#header-log))",
+    )
     name: str = setting(
         default="",
         type=TEXT,

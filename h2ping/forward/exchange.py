@@ -24,6 +24,7 @@ from ..http1.messages import Request, ResponseWriter
 from ..http2.streams import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
 from ..stats import Stats
 from .accounting import Accounting, RequestLog
+from .headerlog import HeaderLog
 from .headers import MalformedResponse, request_headers, response_head
 from .pool import Pool
 from .replay import Replay, ReplayPolicy
@@ -61,6 +62,7 @@ class ExchangeContext:
     stats: Stats
     live: set[Exchange]  # not yet finished (a pipelined one waiting its turn included)
     access_log: RequestLog | None = None  # -access-log
+    header_log: HeaderLog | None = None  # -log-headers
 
 
 class Exchange:
@@ -93,7 +95,7 @@ class Exchange:
         self._body_ended = not request.has_body
         self._replay = Replay(ctx.replay, request.content_length)
         self._body = self._replay.body  # fed here: a chunk costs no call on the replay
-        self._account = Accounting(ctx.stats, ctx.access_log, request, writer)
+        self._account = Accounting(ctx.stats, ctx.access_log, request, writer, ctx.header_log)
         self._finished = False
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
@@ -152,7 +154,7 @@ class Exchange:
             detail = f"malformed response header block: {exc}"
             self.on_error(UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
             return
-        self._account.response_head(status)
+        self._account.response_head(status, headers)
         self._replay.response_began()
         self._writer.start(status, fields, has_body=not end_stream)
 
@@ -215,7 +217,7 @@ class Exchange:
             return
         self._stream = stream
         self.stream_id = stream.stream_id
-        self._account.sent()
+        self._account.sent(self._fields, self.conn_id, self.stream_id)
         if self._request.expect_continue and not self._body_ended:
             self._writer.send_continue()
         if self._body.chunks:  # what arrived meanwhile; on a replay, the whole body
