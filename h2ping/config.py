@@ -318,6 +318,11 @@ def optional_text(text: str) -> str | None:
     return text or None  # empty: none, as when not given
 
 
+def choice(text: str) -> str:
+    # A name from a fixed list (a level, a format): any case, as people write them.
+    return text.lower()
+
+
 # --- the Go binary's meaning for values Config refuses --------------------------------------
 
 #: What the HTTP/2 transport of the Go binary uses for a PING timeout of 0 or less.
@@ -605,6 +610,7 @@ class Config:
         help=", ".join(LOG_LEVELS[:-1]) + " or " + LOG_LEVELS[-1],
         doc="`debug`, `info`, `warning`, `error`; the start and stop lines are written at "
         "every level",
+        read=choice,
         rules=[one_of(LOG_LEVELS)],
     )
     log_format: str = setting(
@@ -614,6 +620,7 @@ class Config:
         metavar="format",
         help="text, or json for one object per line",
         doc="`json` writes one JSON object per line (see [Observability](docs/observability.md))",
+        read=choice,
         rules=[one_of(LOG_FORMATS)],
     )
     # One line per finished request, in log_format, to this file ("-": stderr); None: off.
@@ -627,6 +634,17 @@ class Config:
         "`-log-format` (see [Observability](docs/observability.md#access-log))",
         read=optional_text,
         shown_default="off",
+    )
+    # Each request's and response's fields, both sides, credentials masked (forward/headerlog.py).
+    log_headers: bool = setting(
+        default=False,
+        type=BOOL,
+        group="Logging",
+        metavar="",
+        help="log headers as received and sent, secrets masked",
+        doc="log the header fields of each request and response as received and as sent, on "
+        "both sides, credentials and query values masked (see "
+        "[Observability](docs/observability.md#header-log))",
     )
     name: str = setting(
         default="",

@@ -197,8 +197,8 @@ class Stats:
     def tls_resumed(self) -> None:
         self.tls_resumptions += 1
 
-    def window_pinged(self) -> None:
-        self.window_pings += 1
+    def window_pinged(self, count: int = 1) -> None:
+        self.window_pings += count
 
     def window_raised(self) -> None:
         self.window_raises += 1

@@ -131,8 +131,8 @@ async def _connect(
 
 
 def _note_steps(steps: DialSteps, ssl_context: ssl.SSLContext | None, findings: Findings) -> None:
-    """The times of the dial's steps, and what the TLS handshake agreed; raises when
-    it agreed on no HTTP/2 (what was learnt is reported first)."""
+    """The times of the dial's steps, and what the TLS handshake agreed (also when
+    the dial failed after it: no HTTP/2, which the dial's error says)."""
     if steps.tcp is None:
         return
     findings.tcp_time = steps.tcp - steps.started
@@ -143,11 +143,6 @@ def _note_steps(steps: DialSteps, ssl_context: ssl.SSLContext | None, findings: 
     if steps.ssl_object is None or ssl_context is None:
         return
     findings.tls = _tls_facts(steps.ssl_object, ssl_context)
-    if findings.tls.alpn != "h2":
-        raise ProbeFailed(
-            f"{findings.address} did not negotiate HTTP/2 with ALPN"
-            f" (got {findings.tls.alpn or 'none'}): h2ping needs h2"
-        )
 
 
 class _Unused(asyncio.BufferedProtocol):

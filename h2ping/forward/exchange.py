@@ -25,6 +25,7 @@ from ..http2.streams import SlotLost, StreamSlot, UpstreamStream, send_backlog_f
 from ..stats import Stats
 from .accounting import Accounting, RequestLog
 from .failure import tell_failure
+from .headerlog import HeaderLog
 from .headers import MalformedResponse, header_list_size, request_headers, response_head
 from .headlimit import goes_early, head_refusal
 from .pool import Pool
@@ -53,6 +54,7 @@ class ExchangeContext:
     stats: Stats
     live: set[Exchange]  # not yet finished (a pipelined one waiting its turn included)
     access_log: RequestLog | None = None  # -access-log
+    header_log: HeaderLog | None = None  # -log-headers
 
 
 class Exchange:
@@ -87,7 +89,7 @@ class Exchange:
         self._body_ended = not request.has_body
         self._replay = Replay(ctx.replay, request.content_length)
         self._body = self._replay.body  # fed here: a chunk costs no call on the replay
-        self._account = Accounting(ctx.stats, ctx.access_log, request, writer)
+        self._account = Accounting(ctx.stats, ctx.access_log, request, writer, ctx.header_log)
         self._finished = False
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
@@ -144,7 +146,7 @@ class Exchange:
         except MalformedResponse as exc:
             self._bad_response(f"malformed response header block: {exc}")
             return
-        self._account.response_head(status)
+        self._account.response_head(status, headers)
         self._replay.response_began()
         self._writer.start(status, fields, has_body=not end_stream)
 
@@ -225,7 +227,7 @@ class Exchange:
             return
         self._stream = stream
         self.stream_id = stream.stream_id
-        self._account.sent()
+        self._account.sent(self._fields, self.conn_id, self.stream_id)
         if self._request.expect_continue and not self._body_ended:
             self._writer.send_continue()
         if self._body.chunks:  # what arrived meanwhile; on a replay, the whole body

@@ -237,6 +237,7 @@ class ResponseWriter:
         "_request",
         "body_bytes",
         "finished",
+        "head",
         "informational",
         "started",
     )
@@ -253,6 +254,7 @@ class ResponseWriter:
         self.finished = False
         self.body_bytes = 0  # of the response body, as handed to the connection
         self.informational = 0  # interim responses the upstream sent ahead of the final one
+        self.head: tuple[int, list[Header]] | None = None  # status and fields, as sent
 
     @property
     def keep_alive(self) -> bool:
@@ -320,6 +322,7 @@ class ResponseWriter:
             headers = [*headers, (b"connection", b"close")]
         elif request.http_version == "1.0":
             headers = [*headers, (b"connection", b"keep-alive")]
+        self.head = (status, headers)
         parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status))]
         for name, value in headers:
             parts += (name, b": ", value, b"\r\n")

@@ -21,7 +21,7 @@ from ..errors import UpstreamError
 from ..sockets import caused_by_shortage, nofile_limits, set_tcp_keepalive
 from ..stats import Stats
 from .pingbackoff import PingBackoff
-from .tlslayer import SessionCache, TLSLayer
+from .tlslayer import NoApplicationProtocol, SessionCache, TLSLayer
 from .upstream import UpstreamConnection
 
 # OpenSSL's X509_V_ERR_* codes, as in SSLCertVerificationError.verify_code.
@@ -162,6 +162,38 @@ async def dial(
         raise error from None
 
 
+#: What a server without HTTP/2 is asked it speaks instead (see _spoken_instead).
+_OTHER_PROTOCOLS = ["http/1.1", "http/1.0"]
+_ASK_SECONDS = 2.0  # for that handshake; the dial already took one with this server
+
+
+async def _spoken_instead(upstream: Upstream) -> str | None:
+    """What a server that chose no protocol for h2 alone speaks instead, if it says.
+
+    h2ping offers h2 alone, as the Go binary does: a server that prefers http/1.1
+    when offered both would otherwise choose it. A server without HTTP/2 then
+    chooses nothing, which tells a person little; one more handshake, made only
+    after this dial failed and only for the protocol's name (no certificate check,
+    nothing sent), asks it what it speaks, so the error names it.
+    """
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(_OTHER_PROTOCOLS)
+    try:
+        async with asyncio.timeout(_ASK_SECONDS):
+            _, writer = await asyncio.open_connection(
+                upstream.host, upstream.port, ssl=context, server_hostname=upstream.host
+            )
+    except OSError:  # TimeoutError too: the dial's error then names no protocol
+        return None
+    try:
+        ssl_object = writer.get_extra_info("ssl_object")
+        return ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+    finally:
+        writer.transport.abort()
+
+
 def describe_connect_error(exc: OSError, upstream: Upstream, timeout: float) -> UpstreamError:
     """Opening a connection to ``upstream`` (TCP, TLS, the HTTP/2 setup within
     ``timeout``) failed with ``exc``: say why, in words."""
@@ -205,23 +237,26 @@ async def _open(
     try:
         if ssl_context is not None and upstream.tls:
             session = tls_sessions.session() if tls_sessions is not None else None
-            layer = TLSLayer(protocol, ssl_context, upstream.host, session)
+            # No connection_made, so no preface, PING or request, unless ALPN says h2.
+            layer = TLSLayer(protocol, ssl_context, upstream.host, session, alpn="h2")
             tcp, _ = await loop.create_connection(lambda: layer, upstream.host, upstream.port)
             steps.tcp = time.perf_counter()
-            await layer.handshake
+            try:
+                await layer.handshake
+            except NoApplicationProtocol as exc:
+                steps.tls, steps.ssl_object = time.perf_counter(), layer.ssl_object
+                spoken = exc.selected or await _spoken_instead(upstream)
+                raise UpstreamError(
+                    errors.TLS_PROTOCOL_ERROR,
+                    f"{upstream.host}:{upstream.port} did not negotiate HTTP/2 with ALPN"
+                    f" (got {spoken or 'none'}): h2ping needs h2",
+                ) from None
             steps.tls = time.perf_counter()
             steps.ssl_object = layer.ssl_object
             if layer.ssl_object.session_reused:
                 stats.tls_resumed()
             if tls_sessions is not None:
                 tls_sessions.remember(layer.ssl_object)
-            alpn = layer.ssl_object.selected_alpn_protocol()
-            if alpn != "h2":
-                raise UpstreamError(
-                    errors.TLS_PROTOCOL_ERROR,
-                    f"{upstream.host}:{upstream.port} did not negotiate HTTP/2 with ALPN"
-                    f" (got {alpn or 'none'})",
-                )
         else:
             tcp, _ = await loop.create_connection(lambda: protocol, upstream.host, upstream.port)
             steps.tcp = time.perf_counter()

@@ -64,11 +64,22 @@ class SessionCache:
         return session if session is not None and session.has_ticket else None
 
 
+class NoApplicationProtocol(Exception):
+    """The handshake agreed on no protocol, or on another than the one required:
+    ``selected`` is the server's choice (None: it chose none)."""
+
+    def __init__(self, selected: str | None) -> None:
+        super().__init__(f"ALPN selected {selected or 'nothing'}")
+        self.selected = selected
+
+
 class TLSLayer(asyncio.BufferedProtocol):
     """The TCP transport's protocol: TLS client side, with ``app`` on top.
 
     ``handshake`` resolves once TLS is up (and ``app`` has had ``connection_made``),
-    or fails with the ``ssl.SSLError`` or ``OSError`` that stopped it."""
+    or fails with the ``ssl.SSLError`` or ``OSError`` that stopped it, or with
+    :class:`NoApplicationProtocol` when ALPN did not select ``alpn``: ``app`` then
+    never hears of the connection, and sends nothing on it."""
 
     def __init__(
         self,
@@ -76,8 +87,11 @@ class TLSLayer(asyncio.BufferedProtocol):
         context: ssl.SSLContext,
         server_hostname: str,
         session: ssl.SSLSession | None = None,
+        alpn: str | None = None,
     ) -> None:
-        """``session``: an earlier connection's to the same server, to resume."""
+        """``session``: an earlier connection's to the same server, to resume;
+        ``alpn``: the protocol the handshake must select (None: any, or none)."""
+        self._alpn = alpn
         self._app = app
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
@@ -153,6 +167,13 @@ class TLSLayer(asyncio.BufferedProtocol):
                 self._tcp.close()
             return
         self._send_outgoing()
+        selected = self.ssl_object.selected_alpn_protocol()
+        if self._alpn is not None and selected != self._alpn:
+            self._state = _State.CLOSING
+            self._fail_handshake(NoApplicationProtocol(selected))
+            if self._tcp is not None:
+                self._tcp.close()
+            return
         self._state = _State.OPEN
         self.handshake.set_result(None)
         self._app_connected = True

@@ -347,6 +347,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self._enter(ConnState.OPEN):
             self._ready.set_result(None)
             self.clocks.start()
+            self._stats.window_pinged(self.window.measuring)  # the preface's: HTTP/2 answered
         self._on_change(self)
 
     def ping(self, payload: bytes) -> None:
@@ -396,7 +397,6 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._engine.start(self.window.announced, connection_window(self.window.cap))
         if (payload := self.window.first_ping()) is not None:
             self._engine.ping(payload)
-            self._stats.window_pinged()
         self.outbound.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:

@@ -19,6 +19,7 @@ from .. import errors
 from ..config import Config, HostPort, parse_listen, parse_upstream
 from ..errors import AccessLogError, BindError, UpstreamError
 from ..forward.exchange import Exchange, ExchangeContext
+from ..forward.headerlog import HeaderLog
 from ..forward.pool import Pool
 from ..forward.replay import ReplayPolicy
 from ..forward.retry import RetryBudget
@@ -192,6 +193,7 @@ class Proxy:
             stats=self.stats,
             live=self.exchanges,
             access_log=self.access_log,
+            header_log=HeaderLog() if config.log_headers else None,
         )
         if sock is None:
             sock = bind_listener(config.listen)

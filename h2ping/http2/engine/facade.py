@@ -54,6 +54,7 @@ from .frames import (
     parse_goaway,
 )
 from .manifest import DATA, RESPONSE_HEADERS
+from .opening import not_http2
 
 #: h2's initial connection window, before WINDOW_UPDATE raises it (RFC 9113 6.9.2).
 DEFAULT_WINDOW = 65535
@@ -194,8 +195,7 @@ class H2Engine:
                 f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
             ) from exc
         except ConnectionFault as fault:
-            self.heard.fault = fault.detail
-            raise
+            raise self._fault(fault.detail, fault.error_code) from fault
         except Exception as exc:  # anything h2 raises on the peer's bytes
             raise self._fault(describe_h2_error(exc)) from exc
         finally:
@@ -203,7 +203,10 @@ class H2Engine:
         return backlog - frames.backlog
 
     def _fault(self, detail: str, error_code: int = ErrorCodes.PROTOCOL_ERROR) -> ConnectionFault:
-        self.heard.fault = detail
+        heard = self.heard
+        if heard.settings is None:  # the first frame broke it: is the peer speaking HTTP/2?
+            detail = not_http2(heard.opening) or detail
+        heard.fault = detail
         return ConnectionFault(detail, error_code)
 
     def _receive(self, data: bytes) -> None:
