@@ -19,7 +19,6 @@ would let someone reading them act as the client.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterable
@@ -82,6 +81,8 @@ def masked_target(target: bytes) -> str:
 
 
 def _fields(headers: Iterable[Header]) -> str:
+    import json  # only with -log-headers: serving alone never loads it
+
     return json.dumps([f"{name.decode('latin-1')}: {masked_value(name, value)}"
                        for name, value in headers])  # fmt: skip
 
