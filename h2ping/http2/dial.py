@@ -178,7 +178,7 @@ def describe_connect_error(
     target = f"{upstream.host}:{upstream.port}"
     if isinstance(exc, TunnelClosed) and proxy is not None:
         return UpstreamError(
-            errors.CONNECTION_TERMINATED, f"{exc}, to {target}", next_hop=proxy.address
+            errors.CONNECTION_TERMINATED, f"{exc} with {target}", next_hop=proxy.address
         )
     if isinstance(exc, TimeoutError):
         through = f" (through proxy {proxy.address})" if proxy is not None else ""
