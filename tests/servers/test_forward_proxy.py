@@ -13,9 +13,11 @@ import asyncio
 import collections
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import pathlib
+import sys
 import time
 from collections.abc import AsyncIterator
 
@@ -24,7 +26,15 @@ import pytest
 
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
-from ..conftest import TLSFiles, free_port, running_proxy, scripted, wait_until
+from ..conftest import (
+    TLSFiles,
+    free_port,
+    running_proxy,
+    scrape_metrics,
+    scripted,
+    wait_until,
+)
+from ..launcher import launch
 from . import BIG_SIZE, STREAM_CHUNKS, Origin, big_body, stream_chunk
 from .nginx import run_nginx
 from .squid import Squid, run_squid
@@ -338,3 +348,90 @@ async def test_rotation_and_a_goaway_replay_through_the_tunnel_lose_nothing(
     replayed = {r.header("x-id") for r in first.requests if r.stream_id > last}
     assert len(replayed) == 2  # refused unprocessed on the first connection, served later
     assert seen == {str(n): 2 if str(n) in replayed else 1 for n in range(i)}
+
+
+# ------------------------------------------------ the check, the command line
+
+
+async def run_h2ping(*args: str) -> tuple[int, str]:
+    """``python -m h2ping ARGS``: exit code and output, without the caller's
+    H2PING_* or proxy variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("H2PING_")}
+    env = {k: v for k, v in env.items() if not k.lower().endswith("_proxy")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "h2ping", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode()
+
+
+@pytest.mark.one_loop  # the loop under test is the command's
+async def test_check_reports_the_hop_before_tls_and_http2(nginx: Origin, tls: TLSFiles) -> None:
+    port = port_of(nginx.url)
+    async with run_squid([port], credentials=CREDENTIALS) as squid:
+        argv = ["check", "-upstream", nginx.url, "-proxy", squid.url, "-ca-file", tls.ca_file]
+        code, out = await run_h2ping(*argv, "-path", "/hello")
+        json_code, json_out = await run_h2ping(*argv, "-log-format", "json")
+        refused_code, refused = await run_h2ping(
+            "check", "-upstream", nginx.url, "-proxy", f"http://{squid.address}"
+        )
+    assert code == 0, out
+    labels = [line.split(" ", 1)[0] for line in out.splitlines()]
+    assert labels[:4] == ["upstream", "proxy", "connected", "tls"], out
+    proxy_line = next(line for line in out.splitlines() if line.startswith("proxy "))
+    assert proxy_line.startswith(f"proxy        {squid.address}: TCP ")
+    assert f", CONNECT 127.0.0.1:{port}: 200 Connection established in " in proxy_line
+    assert f"connected    127.0.0.1:{port} through the tunnel: TLS " in out
+    assert ", resumes sessions" in out  # the second handshake went through the proxy too
+    assert "request      GET /hello: 200" in out
+    assert out.rstrip().endswith(f"through proxy {squid.address}, answered 3 of 3 PINGs")
+    assert json_code == 0
+    found = json.loads(json_out)
+    assert found["proxy"]["address"] == squid.address
+    assert found["proxy"]["connect_status"] == 200
+    assert found["proxy"]["connect_ms"] > 0
+    assert refused_code == 1
+    assert f"proxy        {squid.address}: TCP " in refused
+    assert ": 407 Proxy Authentication Required in " in refused
+    verdict = refused.splitlines()[-1]
+    assert verdict.startswith(f"verdict      NOT usable: proxy {squid.address} answered CONNECT")
+    assert CREDENTIALS[1] not in out + json_out + refused
+
+
+@pytest.mark.one_loop
+async def test_the_command_says_it_goes_through_the_proxy(
+    nginx: Origin, tls: TLSFiles, tmp_path: pathlib.Path
+) -> None:
+    """The start line and /metrics name the proxy's address, never its credentials;
+    the start-up dial's warning blames the proxy that refused, not the upstream."""
+    port = port_of(nginx.url)
+    async with run_squid([port + 1], credentials=CREDENTIALS) as squid:  # refuses the origin
+        listen, admin = free_port(), free_port()
+        ready = tmp_path / "ready"
+        argv = [
+            sys.executable, "-m", "h2ping", "-upstream", nginx.url, "-proxy", squid.url,
+            "-ca-file", tls.ca_file, "-listen", f"127.0.0.1:{listen}",
+            "-admin-listen", f"127.0.0.1:{admin}", "-ready-file", str(ready),
+        ]  # fmt: skip
+        launched = await launch(argv, log=tmp_path / "log", ready_file=ready)
+        try:
+            await wait_until(lambda: "cannot be reached at start" in launched.log_text(), 20)
+            async with aiohttp.ClientSession() as session:
+                metrics = await scrape_metrics(session, f"http://127.0.0.1:{admin}/metrics")
+        finally:
+            assert await launched.terminate() == 0
+    log = launched.log_text()
+    assert f"listening on 127.0.0.1:{listen} -> {nginx.url} through proxy {squid.address}" in log
+    assert metrics[("h2ping_upstream_proxy", f"proxy={squid.address}")] == 1
+    (warning,) = [line for line in log.splitlines() if "cannot be reached at start" in line]
+    assert warning.split(": ", 1)[1].startswith(
+        f"upstream {nginx.url} cannot be reached at start: the proxy {squid.address} refused "
+        f"the tunnel (http_request_denied: proxy {squid.address} answered CONNECT "
+        f"127.0.0.1:{port} with 403 Forbidden"
+    )
+    assert warning.endswith(
+        f"to see why: h2ping check -upstream {nginx.url} -proxy http://***@{squid.address}"
+    )
+    assert CREDENTIALS[1] not in log
