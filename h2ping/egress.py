@@ -224,9 +224,8 @@ class ProxySetting:
             return cls()
         if word.lower() == FROM_ENVIRONMENT:
             env = os.environ if environ is None else environ
-            return cls(from_environment=True, environment=tuple(
-                (name, env[name]) for name in ENVIRONMENT if env.get(name, "").strip()
-            ))  # fmt: skip
+            found = tuple((name, env[name]) for name in ENVIRONMENT if env.get(name, "").strip())
+            return cls(from_environment=True, environment=found)
         return cls(url=parse_proxy_url(word))
 
     def route(self, scheme: str, host: str, port: int) -> ProxyURL | None:

@@ -204,23 +204,18 @@ class TunnelOpener(asyncio.BufferedProtocol):
                     return
                 del self._head[:used]  # an interim answer: the real one follows
         except MalformedAnswer as exc:
-            self._fail(UpstreamError(
-                errors.HTTP_PROTOCOL_ERROR, f"proxy {self._proxy.address} {exc}",
-                next_hop=self._proxy.address,
-            ))  # fmt: skip
+            self._fail_as(errors.HTTP_PROTOCOL_ERROR, str(exc))
             return
         if len(self._head) > MAX_ANSWER_HEAD:
-            self._fail(UpstreamError(
+            self._fail_as(
                 errors.HTTP_PROTOCOL_ERROR,
-                f"proxy {self._proxy.address} answered CONNECT with a head over "
-                f"{MAX_ANSWER_HEAD} bytes", next_hop=self._proxy.address,
-            ))  # fmt: skip
+                f"answered CONNECT with a head over {MAX_ANSWER_HEAD} bytes",
+            )
 
     def _answered(self, answer: ProxyAnswer, used: int) -> None:
         hop = self._hop
-        hop.answered, hop.status, hop.said, hop.fields = (
-            time.perf_counter(), answer.status, answer.said, answer.fields,
-        )  # fmt: skip
+        hop.answered = time.perf_counter()
+        hop.status, hop.said, hop.fields = answer.status, answer.said, answer.fields
         if not 200 <= answer.status < 300:
             self._fail(refusal(answer, self._proxy, self._target))
             return
@@ -233,6 +228,11 @@ class TunnelOpener(asyncio.BufferedProtocol):
         assert self._transport is not None  # answered after connection_made
         hand_over(self._transport, self._inside, leftover)
         self.opened.set_result(None)
+
+    def _fail_as(self, kind: str, what: str) -> None:
+        """Fail with an error of ``kind``: ``what`` the proxy did, after its name."""
+        address = self._proxy.address
+        self._fail(UpstreamError(kind, f"proxy {address} {what}", next_hop=address))
 
     def _fail(self, error: UpstreamError) -> None:
         if not self.opened.done():
@@ -247,14 +247,12 @@ class TunnelOpener(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.opened.done():
             return
-        proxy = self._proxy.address
         how = "in the middle of its answer" if self._head else "without answering"
         why = f" ({exc})" if exc is not None else ""
-        self._fail(UpstreamError(
+        self._fail_as(
             errors.CONNECTION_TERMINATED,
-            f"proxy {proxy} closed the connection {how} to CONNECT {self._target}{why}",
-            next_hop=proxy,
-        ))  # fmt: skip
+            f"closed the connection {how} to CONNECT {self._target}{why}",
+        )
 
 
 def hand_over(transport: asyncio.Transport, inside: asyncio.BaseProtocol, leftover: bytes) -> None:
@@ -367,10 +365,8 @@ class PlainTunnel(asyncio.BufferedProtocol):
         return self._inside.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._inside.connection_lost(TunnelClosed(
-            f"the tunnel through proxy {self._proxy} "
-            + (f"broke ({exc})" if exc is not None else "closed")
-        ))  # fmt: skip
+        how = f"broke ({exc})" if exc is not None else "closed"
+        self._inside.connection_lost(TunnelClosed(f"the tunnel through proxy {self._proxy} {how}"))
 
     def pause_writing(self) -> None:
         self._inside.pause_writing()
