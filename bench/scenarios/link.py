@@ -233,13 +233,13 @@ def print_table(rtt: int, medians: dict[str, dict[str, float]], proxied: bool = 
     peers = list(medians)
     through = " (h2ping through squid, go directly)" if proxied else ""
     print(f"\nRTT {rtt} ms (medians){through}", flush=True)
-    print(f"  {'row':<22}" + "".join(f"{peer:>12}" for peer in peers) + "   h2ping/go")
+    print(f"  {'row':<22}" + "".join(f"{peer:>15}" for peer in peers) + "   h2ping/go")
     for row in ROWS:
         values = [medians[peer][row] for peer in peers]
         ratio = ""
         if "go" in medians and "h2ping" in medians and medians["go"][row]:
             ratio = f"{medians['h2ping'][row] / medians['go'][row]:>10.2f}x"
-        print(f"  {row:<22}" + "".join(f"{v:>12.1f}" for v in values) + ratio, flush=True)
+        print(f"  {row:<22}" + "".join(f"{v:>15.1f}" for v in values) + ratio, flush=True)
     print(json.dumps({"rtt_ms": rtt, "medians": medians}), flush=True)
 
 
