@@ -23,7 +23,7 @@ import asyncio
 import re
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import errors
 from .._version import __version__
@@ -139,7 +139,6 @@ class Hop:
     status: int | None = None
     said: str = ""  # its status and reason
     leftover: int = 0  # bytes that came after a 2xx head (the upstream's already)
-    fields: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 def refusal(answer: ProxyAnswer, proxy: ProxyURL, target: str) -> UpstreamError:
@@ -159,7 +158,7 @@ def refusal(answer: ProxyAnswer, proxy: ProxyURL, target: str) -> UpstreamError:
     elif status >= 500:
         kind = errors.CONNECTION_TIMEOUT if status == 504 else errors.DESTINATION_UNAVAILABLE
         detail = f"{said}: the proxy could not open a connection to it"
-    elif status in (403, 405) or 400 <= status < 500:
+    elif 400 <= status < 500:
         kind, detail = errors.HTTP_REQUEST_DENIED, f"{said}: the proxy refused the tunnel"
     else:  # 1xx after the interim ones, 3xx
         kind, detail = errors.HTTP_REQUEST_DENIED, f"{said}: no tunnel"
@@ -215,7 +214,7 @@ class TunnelOpener(asyncio.BufferedProtocol):
     def _answered(self, answer: ProxyAnswer, used: int) -> None:
         hop = self._hop
         hop.answered = time.perf_counter()
-        hop.status, hop.said, hop.fields = answer.status, answer.said, answer.fields
+        hop.status, hop.said = answer.status, answer.said
         if not 200 <= answer.status < 300:
             self._fail(refusal(answer, self._proxy, self._target))
             return
@@ -238,7 +237,7 @@ class TunnelOpener(asyncio.BufferedProtocol):
         if not self.opened.done():
             self.opened.set_exception(error)
             self.opened.exception()  # the dial may have stopped waiting (timeout)
-        if self._transport is not None:
+        if self._transport is not None and not self._transport.is_closing():
             self._transport.pause_reading()  # its answer's body is not wanted
 
     def eof_received(self) -> bool:
