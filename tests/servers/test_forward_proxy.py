@@ -101,6 +101,23 @@ async def test_get_post_16_mib_and_events_through_squid(
     assert stats.connections_opened >= 1
 
 
+async def test_the_connection_opened_at_start_goes_through_the_tunnel(
+    nginx: Origin, tls: TLSFiles, session: aiohttp.ClientSession
+) -> None:
+    """The dial at start (warm_up) opens its tunnel before any request, and the
+    first request takes that connection."""
+    port = port_of(nginx.url)
+    async with run_squid([port]) as squid:
+        async with running_proxy(nginx.url, tls, proxy=squid.url) as proxy:
+            proxy.warm_up()
+            await wait_until(lambda: proxy.connection_states().get("open") == 1)
+            async with session.get(proxy.url + "/hello") as resp:
+                assert resp.status == 200
+            opened = proxy.stats.connections_opened
+        await wait_until(lambda: len(tunnel_lines(squid, port)) == 1)
+    assert opened == 1
+
+
 async def test_h2c_goes_through_the_tunnel_too(
     tmp_path: pathlib.Path, session: aiohttp.ClientSession
 ) -> None:
