@@ -326,7 +326,17 @@ def describe_proxy_error(exc: OSError, hop: Hop, target: str, timeout: float) ->
 
 
 class TunnelClosed(ConnectionError):
-    """The tunnel through the proxy ended without the upstream's TLS close_notify."""
+    """The tunnel through ``proxy`` (``host:port``) ended without the upstream's TLS
+    close_notify (for h2c: at all)."""
+
+    def __init__(self, proxy: str, message: str) -> None:
+        super().__init__(message)
+        self.proxy = proxy
+
+
+def proxy_of(exc: BaseException | None) -> str | None:
+    """The proxy whose tunnel ``exc`` says ended, for ``Proxy-Status``'s next-hop."""
+    return exc.proxy if isinstance(exc, TunnelClosed) else None
 
 
 def tunnel_lost(proxy: str, exc: Exception | None, during_handshake: bool = False) -> TunnelClosed:
@@ -335,10 +345,10 @@ def tunnel_lost(proxy: str, exc: Exception | None, during_handshake: bool = Fals
     through = f"the tunnel through proxy {proxy}"
     if during_handshake:
         how = f"broke ({exc})" if exc is not None else "closed"
-        return TunnelClosed(f"{through} {how} during the TLS handshake")
+        return TunnelClosed(proxy, f"{through} {how} during the TLS handshake")
     if exc is not None:
-        return TunnelClosed(f"{through} broke ({exc})")
-    return TunnelClosed(f"{through} closed (no TLS close_notify from the upstream)")
+        return TunnelClosed(proxy, f"{through} broke ({exc})")
+    return TunnelClosed(proxy, f"{through} closed (no TLS close_notify from the upstream)")
 
 
 class PlainTunnel(asyncio.BufferedProtocol):
@@ -365,7 +375,8 @@ class PlainTunnel(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         how = f"broke ({exc})" if exc is not None else "closed"
-        self._inside.connection_lost(TunnelClosed(f"the tunnel through proxy {self._proxy} {how}"))
+        message = f"the tunnel through proxy {self._proxy} {how}"
+        self._inside.connection_lost(TunnelClosed(self._proxy, message))
 
     def pause_writing(self) -> None:
         self._inside.pause_writing()

@@ -23,6 +23,7 @@ from h2ping.http2.tunnel import (
     TunnelOpener,
     connect_request,
     parse_answer,
+    proxy_of,
     refusal,
 )
 
@@ -265,3 +266,5 @@ def test_an_h2c_tunnel_names_the_proxy_when_it_ends() -> None:
     (lost,) = inside.lost
     assert isinstance(lost, TunnelClosed)
     assert str(lost) == "the tunnel through proxy proxy.corp:3128 closed"
+    assert proxy_of(lost) == "proxy.corp:3128"  # Proxy-Status's next-hop
+    assert proxy_of(ConnectionResetError()) is None and proxy_of(None) is None
