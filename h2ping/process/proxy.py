@@ -121,15 +121,16 @@ class Proxy:
         **settings: Any,
     ) -> None:
         """Build from a :class:`Config`, or from its fields as keywords; ``listen``,
-        ``admin_listen`` and ``upstream`` may be given as strings."""
+        ``admin_listen`` and ``upstream`` may be given as strings, and ``proxy``
+        (also beside a ``config``) as ``-proxy`` takes it."""
+        if isinstance(settings.get("proxy"), str):  # "none", "env" or a URL
+            settings["proxy"] = read_proxy_setting(settings["proxy"])
         if config is None:
             if isinstance(settings.get("upstream"), str):
                 settings["upstream"] = parse_upstream(settings["upstream"])
             for key in ("listen", "admin_listen"):
                 if isinstance(settings.get(key), str):
                     settings[key] = parse_listen(settings[key])
-            if isinstance(settings.get("proxy"), str):
-                settings["proxy"] = read_proxy_setting(settings["proxy"])
             config = Config(**settings)
         elif settings:
             config = config.replace(**settings)

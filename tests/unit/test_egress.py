@@ -144,3 +144,17 @@ def test_the_command_line_takes_proxy_from_flag_and_variable() -> None:
     with pytest.raises(SettingError) as caught:
         parse_command_line(up, {"H2PING_PROXY": "env", "https_proxy": "ftp://p:1"})
     assert str(caught.value).startswith("H2PING_PROXY: https_proxy: a ftp:// proxy")
+
+
+def test_the_embedding_api_takes_proxy_as_text_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from h2ping import Proxy
+
+    made = Proxy(upstream="https://api.example.com", proxy="http://u:p@proxy:3128")
+    assert made.config.upstream_proxy == ProxyURL("proxy", 3128, "u", "p")
+    beside = Proxy(made.config, proxy="none")
+    assert beside.config.upstream_proxy is None
+    monkeypatch.setenv("https_proxy", "socks5://u:hunter2@s:1080")
+    with pytest.raises(ConfigError) as caught:
+        Proxy(upstream="https://api.example.com", proxy="env")  # refused now, not at a dial
+    assert str(caught.value).startswith("proxy: https_proxy: a socks5:// proxy")
+    assert "hunter2" not in str(caught.value)
