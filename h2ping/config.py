@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from .egress import ProxySetting, ProxyURL, read_proxy_setting
 from .settings import (
     FINITE,
     ConfigError,
@@ -485,6 +486,20 @@ class Config:
         "100 or 128 on most)",
         rules=[between(0, 2**31 - 1, "0: the server's limit")],
     )
+    # Through an HTTP forward proxy (CONNECT), or directly; the environment only when asked.
+    proxy: ProxySetting = setting(
+        default=ProxySetting(),
+        type=TEXT,
+        group="Upstream",
+        metavar="URL",
+        help="via this HTTP proxy (CONNECT); env: from HTTPS_PROXY",
+        doc="connect to the upstream through this HTTP forward proxy with `CONNECT`: "
+        "`http://[user:password@]host:port`; `env` reads `HTTPS_PROXY`, `NO_PROXY` and the "
+        "others as curl does; `none` connects directly, whatever the environment says, as "
+        "the Go binary does (see [Running it](docs/running.md#through-an-egress-proxy))",
+        read=read_proxy_setting,
+        shown_default="none",
+    )
     insecure_skip_verify: bool = setting(
         default=False,
         type=BOOL,
@@ -667,6 +682,16 @@ class Config:
         read=optional_listen,
         shown_default="off",
     )
+
+    @cached_property
+    def upstream_proxy(self) -> ProxyURL | None:
+        """The proxy that upstream connections go through (None: directly). Raises
+        :class:`ConfigError` when ``-proxy env`` finds a proxy URL it cannot use."""
+        upstream = self.upstream
+        try:
+            return self.proxy.route(upstream.scheme, upstream.host, upstream.port)
+        except ValueError as exc:
+            raise ConfigError("proxy", str(exc)) from None
 
     @property
     def instance_name(self) -> str:

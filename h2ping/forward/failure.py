@@ -25,7 +25,12 @@ def proxy_status(error: UpstreamError) -> str:
     """The ``Proxy-Status`` field value (RFC 9209) for an upstream failure."""
     detail = error.detail.replace("\\", "\\\\").replace('"', '\\"')
     detail = "".join(c if " " <= c <= "~" else "?" for c in detail)
-    return f'{PROXY_NAME}; error={error.error}; details="{detail}"'
+    value = f"{PROXY_NAME}; error={error.error}"
+    if error.next_hop is not None:  # the forward proxy's failure: it is named
+        value += f'; next-hop="{error.next_hop}"'
+    if error.received_status is not None:
+        value += f"; received-status={error.received_status}"
+    return f'{value}; details="{detail}"'
 
 
 def tell_failure(

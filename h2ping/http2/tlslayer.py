@@ -32,6 +32,8 @@ import enum
 import ssl
 from typing import Any
 
+from .tunnel import tunnel_lost
+
 #: One TCP read at most: four full TLS records and their overhead.
 TCP_READ_SIZE = 4 * (16 * 1024 + 256)
 
@@ -87,12 +89,17 @@ class TLSLayer(asyncio.BufferedProtocol):
         context: ssl.SSLContext,
         server_hostname: str,
         session: ssl.SSLSession | None = None,
+        tunnel: str | None = None,
         alpn: str | None = None,
     ) -> None:
         """``session``: an earlier connection's to the same server, to resume;
-        ``alpn``: the protocol the handshake must select (None: any, or none)."""
+        ``tunnel``: the forward proxy (``host:port``) the connection goes through,
+        named when it ends without the server's close_notify; ``alpn``: the
+        protocol the handshake must select (None: any, or none)."""
         self._alpn = alpn
         self._app = app
+        self._tunnel = tunnel
+        self._close_notified = False  # the peer said goodbye in TLS
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self.ssl_object = context.wrap_bio(
@@ -135,6 +142,9 @@ class TLSLayer(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         state, self._state = self._state, _State.CLOSED
+        if self._tunnel is not None and not self._close_notified and self._error is None:
+            # No goodbye in TLS: the tunnel ended (a proxy's idle timer), not the server.
+            exc = tunnel_lost(self._tunnel, exc, during_handshake=not self._app_connected)
         if not self._app_connected:
             self._fail_handshake(exc or ssl.SSLEOFError("the peer closed during the handshake"))
             return
@@ -206,7 +216,7 @@ class TLSLayer(asyncio.BufferedProtocol):
                     count: int = tls.read(size - filled, buffer[filled:] if filled else buffer)  # type: ignore[assignment]
                     if not count:  # close_notify: the peer will send nothing more
                         more = False
-                        peer_closed = True
+                        peer_closed = self._close_notified = True
                         break
                     filled += count
                 else:

@@ -44,6 +44,7 @@ from .outbound import OutboundPump
 from .peerevents import PeerEventHandler
 from .pingbackoff import PingBackoff
 from .streams import SlotLost, StreamSink, StreamSlot, UpstreamStream
+from .tunnel import proxy_of
 from .windows import ReceiveWindow, connection_window
 
 log = logging.getLogger("h2ping.upstream")
@@ -430,7 +431,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             reason += f" after GOAWAY {self.peer.goaway_error}"
         if self.state is ConnState.CONNECTING:  # a stream sent behind the preface fails so too
             reason += " before HTTP/2 SETTINGS"
-        error = UpstreamError(errors.CONNECTION_TERMINATED, reason)
+        error = UpstreamError(errors.CONNECTION_TERMINATED, reason, next_hop=proxy_of(exc))
         self._fail_ready(error)
         self._end(reason, error)
 

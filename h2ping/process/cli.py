@@ -265,7 +265,11 @@ async def _serve_until_stopped(
         await proxy.stop(grace=0)
         return 1
     _warn_about_settings(config, proxy)
-    lifecycle.info("listening on %s -> %s", proxy.listen_address, config.upstream.display)
+    via = config.upstream_proxy
+    through = f" through proxy {via.address}" if via is not None else ""
+    lifecycle.info(
+        "listening on %s -> %s%s", proxy.listen_address, config.upstream.display, through
+    )
     announced.set()
     log.info("capacity: %s", _capacity_text(config, proxy))
     if proxy.admin is not None:

@@ -35,6 +35,7 @@ from ..config import (
     format_duration,
     optional_text,
 )
+from ..egress import FROM_ENVIRONMENT, ProxySetting
 from ..settings import ENV_PREFIX, REQUIRED, Given, Setting, declarations
 
 
@@ -101,8 +102,8 @@ _BY_NAME = {f.name: f for f in _FLAGS}
 _CHECK_SHARED = tuple(
     _BY_NAME[name]
     for name in (
-        "upstream", "ca-file", "insecure-skip-verify", "connect-timeout", "ping-timeout",
-        "log-format",
+        "upstream", "proxy", "ca-file", "insecure-skip-verify", "connect-timeout",
+        "ping-timeout", "log-format",
     )
 )  # fmt: skip
 _CHECK_OWN: tuple[Setting, ...] = (
@@ -261,6 +262,7 @@ def parse_command_line(
     notes: list[str] = []
     settings = _gather(argv, environ, _FLAGS, _FLAGS, notes)
     config = _build(Config, _values(_FLAGS, settings, notes), settings)
+    config = _routed(config, settings, environ)
     return CommandLine(config, tuple(notes))
 
 
@@ -276,6 +278,7 @@ def parse_check_command_line(
     values = _values(flags, settings, notes)
     own = {flag.field for flag in _CHECK_OWN}
     config = _build(Config, {k: v for k, v in values.items() if k not in own}, settings)
+    config = _routed(config, settings, environ)
     check = _build(CheckSettings, {k: v for k, v in values.items() if k in own}, settings)
     return CheckCommandLine(config, check, tuple(notes))
 
@@ -342,6 +345,23 @@ def _build(
         given = settings.get(exc.setting.replace("-", "_"))
         source = given.source if given is not None else f"-{exc.setting}"
         raise SettingError(f"{source}: {exc.reason}") from None
+
+
+def _routed(
+    config: Config, settings: dict[str, Given], environ: Mapping[str, str] | None
+) -> Config:
+    """``config``, once the proxy its upstream goes through is known: ``-proxy env``
+    reads ``environ``'s variables, one of which may hold a URL h2ping cannot use (a
+    SettingError)."""
+    if environ is not None and config.proxy.from_environment:
+        config = config.replace(proxy=ProxySetting.read(FROM_ENVIRONMENT, environ))
+    try:
+        config.upstream_proxy  # noqa: B018 -- computed (and kept) now, to refuse it now
+    except ConfigError as exc:
+        given = settings.get("proxy")
+        source = given.source if given is not None else "-proxy"
+        raise SettingError(f"{source}: {exc.reason}") from None
+    return config
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:

@@ -17,6 +17,7 @@ from h2ping.config import (
     parse_listen,
     parse_upstream,
 )
+from h2ping.egress import ProxySetting, ProxyURL
 from h2ping.process.flags import (
     FlagError,
     HelpRequested,
@@ -617,6 +618,10 @@ def _samples(field: dataclasses.Field, tmp_path: Path) -> tuple[Sample, Sample]:
         "name": (("envname", "envname"), ("flagname", "flagname")),
         "access_log": (("/var/log/env.log", "/var/log/env.log"), ("-", "-")),
         "max_receive_window": (("65535", 65535), ("1048576", 1048576)),
+        "proxy": (
+            ("http://envproxy:3128", ProxySetting(url=ProxyURL("envproxy", 3128))),
+            ("none", ProxySetting()),
+        ),
     }
     if field.name in special:
         return special[field.name]
