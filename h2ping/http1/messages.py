@@ -93,12 +93,16 @@ class ResponseSink(Protocol):
     def resume_reading(self) -> None: ...
 
 
-def check_head(method: bytes, version: str, headers: list[Header]) -> None:
+def check_head(method: bytes, target: bytes, version: str, headers: list[Header]) -> None:
     """Raise :class:`RequestRejected` for a head llhttp accepted but we must not forward."""
     if version not in _SUPPORTED_VERSIONS:
         raise RequestRejected(505, f"HTTP version {version} not supported: use HTTP/1.1")
     if method == b"CONNECT":
         raise RequestRejected(405, "CONNECT is not supported: h2ping forwards to one upstream")
+    if target == b"*" and method != b"OPTIONS":
+        # asterisk-form is OPTIONS' alone (RFC 9112 section 3.2.4); HTTP/2 calls
+        # any other ``:path *`` malformed (RFC 9113 section 8.3.1).
+        raise RequestRejected(400, "request target * is only valid with OPTIONS")
     if len(headers) > MAX_HEADER_COUNT:
         raise RequestRejected(431, f"more than {MAX_HEADER_COUNT} header fields")
     hosts: list[bytes] = []
@@ -109,6 +113,10 @@ def check_head(method: bytes, version: str, headers: list[Header]) -> None:
         elif name == b"transfer-encoding":
             codings += [coding.strip().lower() for coding in value.split(b",")]
     check_host(hosts, version)
+    if codings and version == "1.0":
+        # HTTP/1.0 has no Transfer-Encoding: whoever sent it cannot be trusted to
+        # frame the body (RFC 9112 section 6.1), and the connection must close.
+        raise RequestRejected(400, "Transfer-Encoding in an HTTP/1.0 request")
     if codings and codings != [b"chunked"]:
         # The body would reach the upstream still encoded, and Transfer-Encoding
         # (hop-by-hop) would not tell it so (RFC 9112 section 6.1).
