@@ -117,6 +117,16 @@ class ScriptedRequest:
             or (self.ended and self.response_ended)
         )
 
+    @property
+    def stream_window(self) -> int:
+        """The client's flow-control window for this stream alone (the
+        connection's aside); 0 once the stream is closed. 0 while open: a client
+        that does not read holds this stream back."""
+        stream = self.connection._h2.streams.get(self.stream_id)
+        if self.closed or stream is None:
+            return 0
+        return int(stream.outbound_flow_control_window)
+
     def header(self, name: str) -> str | None:
         name = name.lower()
         return next((value for key, value in self.headers if key == name), None)
