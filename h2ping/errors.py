@@ -44,6 +44,11 @@ class UpstreamError(Exception):
     REFUSED_STREAM): only those may be replayed. ``conn_id`` names the connection
     that failed when the request never got onto it (a failed connect), for logs.
     ``reset_code`` is the RST_STREAM error code when the upstream reset the stream.
+    ``suspect`` marks a retryable refusal that may be for the request itself (the
+    first stream a GOAWAY with an error code left unprocessed): it gets one more
+    try, not a series of them, each costing a connection. ``status`` is what the
+    client is answered: 502, or a 4xx when the proxy refuses the request itself
+    (a head over the upstream's header list limit: 431).
     """
 
     def __init__(
@@ -54,6 +59,8 @@ class UpstreamError(Exception):
         retryable: bool = False,
         conn_id: int = 0,
         reset_code: int | None = None,
+        suspect: bool = False,
+        status: int = 502,
     ) -> None:
         super().__init__(f"{error}: {detail}")
         self.error = error
@@ -61,6 +68,8 @@ class UpstreamError(Exception):
         self.retryable = retryable
         self.conn_id = conn_id
         self.reset_code = reset_code
+        self.suspect = suspect
+        self.status = status
 
 
 # RFC 9209 section 2.3 error types used by h2ping.
@@ -74,6 +83,9 @@ CONNECTION_TERMINATED = "connection_terminated"
 TLS_PROTOCOL_ERROR = "tls_protocol_error"
 TLS_CERTIFICATE_ERROR = "tls_certificate_error"
 HTTP_PROTOCOL_ERROR = "http_protocol_error"
+#: The request cannot go to the next hop as it is (its head is over the
+#: upstream's header list limit).
+HTTP_REQUEST_ERROR = "http_request_error"
 HTTP_RESPONSE_HEADER_SECTION_SIZE = "http_response_header_section_size"
 HTTP_RESPONSE_TRAILER_SECTION_SIZE = "http_response_trailer_section_size"
 PROXY_INTERNAL_ERROR = "proxy_internal_error"

@@ -315,6 +315,9 @@ class _ResponseHead:
             asyncio.get_running_loop().create_future()
         )
 
+    def on_informational(self, headers: list[Header]) -> None:
+        pass  # the final response head is the one timed
+
     def on_response(self, headers: list[Header], end_stream: bool) -> None:
         if not self.received.done():
             self.received.set_result((list(headers), time.perf_counter()))

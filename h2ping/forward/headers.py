@@ -132,6 +132,12 @@ def request_headers(
     return out
 
 
+def header_list_size(fields: Iterable[Header]) -> int:
+    """The size of a header list as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC
+    9113 section 6.5.2): name, value and 32 for each field, pseudo-fields included."""
+    return sum(len(name) + len(value) + 32 for name, value in fields)
+
+
 class MalformedResponse(ValueError):
     """The upstream's header block breaks RFC 9113 8.3. The message never quotes
     the offending bytes: they may be a cookie."""

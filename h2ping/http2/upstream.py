@@ -52,6 +52,11 @@ log = logging.getLogger("h2ping.upstream")
 #: request goes right behind the preface (RFC 9113 section 3.4), any other waits
 #: the round trip for the peer's limit, which no server sets below one.
 PROVISIONAL_STREAMS = 1
+#: The largest request header list (RFC 9113 section 6.5.2 sizes: name, value and
+#: 32 per field) sent before the peer's SETTINGS say its limit: as much as the
+#: smallest limit servers commonly advertise (16 KiB). A larger head waits the
+#: round trip for the peer's own figure.
+PROVISIONAL_HEADER_LIST = 16 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
 #: The most streams a connection carries at once, whatever the peer allows.
@@ -135,6 +140,15 @@ class StreamTable:
     def busy(self) -> bool:
         """Carrying a stream, or promised one."""
         return bool(self.streams or self.reserved)
+
+    @property
+    def header_list_limit(self) -> int | None:
+        """The largest request header list the peer takes now (None: no limit):
+        its SETTINGS_MAX_HEADER_LIST_SIZE, or PROVISIONAL_HEADER_LIST before its
+        first SETTINGS. A head over it makes servers end the whole connection."""
+        if self._conn.state is ConnState.CONNECTING:
+            return PROVISIONAL_HEADER_LIST
+        return self._engine.peer_header_list_limit
 
     def count(self) -> int:
         return len(self.streams)

@@ -257,6 +257,13 @@ def _warn_about_settings(config: Config, proxy: Proxy) -> None:
             "anyone who can reach it can use your upstream",
             proxy.listen_address,
         )
+    admin = proxy.admin
+    if config.admin_listen is not None and not config.admin_listen.is_loopback:
+        log.warning(
+            "admin address %s is not loopback and h2ping has no authentication: "
+            "anyone who can reach it can read its metrics",
+            admin.address if admin is not None else config.admin_listen,
+        )
     if config.insecure_skip_verify:
         log.warning("insecure-skip-verify is on: upstream TLS certificates are NOT checked")
 

@@ -309,7 +309,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "h2ping_requests_total",
         "counter",
         "Requests that ended, by outcome: ok; failed (answered 502); aborted (cut after "
-        "the response began); cancelled (the client left); rejected (malformed HTTP/1.1); "
+        "the response began); cancelled (the client left); rejected (malformed HTTP/1.1, or a "
+        "head over the upstream's header list limit: answered 4xx/5xx by h2ping); "
         "cut_at_shutdown (unfinished when the shutdown grace ran out).",
         _by(lambda scrape: _outcomes(scrape.stats)),
         labels=("outcome",),

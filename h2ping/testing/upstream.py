@@ -344,7 +344,7 @@ class ScriptedConnection(asyncio.Protocol):
         settings = {
             SettingCodes.MAX_CONCURRENT_STREAMS: self.server.max_concurrent_streams,
             SettingCodes.INITIAL_WINDOW_SIZE: self.server.initial_window_size,
-            SettingCodes.MAX_HEADER_LIST_SIZE: DEFAULT_MAX_HEADER_LIST_SIZE,
+            SettingCodes.MAX_HEADER_LIST_SIZE: self.server.max_header_list_size,
         }
         self._h2.local_settings = Settings(client=False, initial_values=settings)
         self._h2.initiate_connection()
@@ -353,6 +353,9 @@ class ScriptedConnection(asyncio.Protocol):
         # advertised SETTINGS went out, and _on_request enforces the advertised one.
         settings[SettingCodes.MAX_CONCURRENT_STREAMS] = 2**31 - 1
         self._h2.local_settings = Settings(client=False, initial_values=settings)
+        # Taken as current values, these are never acknowledged as changes: the
+        # header list limit is applied here, to the first request on.
+        self._h2.decoder.max_header_list_size = self.server.max_header_list_size
         self._h2.increment_flow_control_window(CONNECTION_WINDOW_BOOST)
         self._flush()
 
@@ -546,8 +549,12 @@ class ScriptedUpstream:
         initial_window_size: int = 65535,
         auto_ping_ack: bool = True,
         alpn_protocols: Sequence[str] | None = ("h2",),
+        max_header_list_size: int = DEFAULT_MAX_HEADER_LIST_SIZE,
     ) -> None:
         self.handler: Handler = handler or echo_handler
+        #: Advertised and enforced as h2 enforces it: a request head over it ends
+        #: the connection with GOAWAY ENHANCE_YOUR_CALM, as many servers do.
+        self.max_header_list_size = max_header_list_size
         self.ssl_context = ssl_context
         self.host = host
         self.port = port

@@ -130,6 +130,23 @@ async def test_non_loopback_warning_comes_before_the_listening_line() -> None:
     assert f"INFO h2ping genrm: listening on 0.0.0.0:{port} -> https://upstream.example" in line
 
 
+async def test_a_non_loopback_admin_address_is_warned_of_too() -> None:
+    port, admin = free_port(), free_port()
+    async with h2ping_process(
+        "-listen", f"127.0.0.1:{port}", "-admin-listen", f"0.0.0.0:{admin}",
+        "-upstream", "https://upstream.example", "-name", "genrm",
+    ) as proc:  # fmt: skip
+        warning = await read_line_with(proc, "h2ping genrm:")
+        line = await read_line_with(proc, "h2ping genrm:")
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    assert (
+        f"WARNING h2ping genrm: admin address 0.0.0.0:{admin} is not loopback and h2ping "
+        "has no authentication" in warning
+    )
+    assert "listening on 127.0.0.1" in line
+
+
 @pytest.mark.parametrize("log_format", ["text", "json"])
 async def test_start_and_stop_lines_at_every_log_level(log_format: str) -> None:
     """With -log-level error a log must still show the proxy ran and how it ended."""

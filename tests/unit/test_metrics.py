@@ -234,7 +234,7 @@ h2ping_workers 4
 # HELP h2ping_workers_reporting Workers whose numbers are in this scrape; the others did not answer in time.
 # TYPE h2ping_workers_reporting gauge
 h2ping_workers_reporting 3
-# HELP h2ping_requests_total Requests that ended, by outcome: ok; failed (answered 502); aborted (cut after the response began); cancelled (the client left); rejected (malformed HTTP/1.1); cut_at_shutdown (unfinished when the shutdown grace ran out).
+# HELP h2ping_requests_total Requests that ended, by outcome: ok; failed (answered 502); aborted (cut after the response began); cancelled (the client left); rejected (malformed HTTP/1.1, or a head over the upstream's header list limit: answered 4xx/5xx by h2ping); cut_at_shutdown (unfinished when the shutdown grace ran out).
 # TYPE h2ping_requests_total counter
 h2ping_requests_total{outcome="ok"} 10
 h2ping_requests_total{outcome="failed"} 17

@@ -62,6 +62,7 @@ DEFAULT_WINDOW = 65535
 class StreamEvents(Protocol):
     """What the peer said on one stream, told to that stream in frame order."""
 
+    def got_informational(self, headers: list[Header]) -> None: ...
     def got_response(self, headers: list[Header], end_stream: bool) -> None: ...
     def got_data(self, data: bytes, flow_controlled_length: int) -> None: ...
     def got_end(self) -> None: ...
@@ -340,8 +341,12 @@ class H2Engine:
             )
         elif isinstance(event, h2.events.PingAckReceived):
             events.on_ping_ack(event.ping_data)
+        elif isinstance(event, h2.events.InformationalResponseReceived):
+            stream = self._streams.get(event.stream_id)
+            if stream is not None:
+                stream.got_informational(event.headers)
         # The rest need nothing of h2ping: h2 answers PINGs and acknowledges
-        # SETTINGS itself; informational responses and trailers are not forwarded.
+        # SETTINGS itself; response trailers are not forwarded.
 
     # ------------------------------------------------------------------ outbound
 
@@ -364,6 +369,12 @@ class H2Engine:
     def send_window(self, stream_id: int) -> int:
         """How much request body the peer's windows take on ``stream_id`` now."""
         return self._h2.local_flow_control_window(stream_id)
+
+    @property
+    def peer_header_list_limit(self) -> int | None:
+        """The peer's SETTINGS_MAX_HEADER_LIST_SIZE as it stands (None: unlimited,
+        which is also what it reads before the peer's first SETTINGS)."""
+        return self._h2.remote_settings.max_header_list_size
 
     @property
     def max_frame_size(self) -> int:
