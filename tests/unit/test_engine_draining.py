@@ -129,3 +129,15 @@ def test_a_refused_state_machine_input_is_named() -> None:
         h2errors.describe_h2_error(refused)
         == "h2 refused RECV_PING in state CLOSED (ProtocolError)"
     )
+
+
+@pytest.mark.parametrize("fast", PATHS)
+def test_a_connection_fault_on_a_fast_path_names_its_frame_too(fast: frozenset[str]) -> None:
+    """A header block HPACK cannot decode ends the connection, whether the
+    response_headers path or h2 took the frame."""
+    engine, _ = started(fast)
+    garbage = HeadersFrame(1, b"\xff\xff\xff\xff\xff", flags=["END_HEADERS"]).serialize()
+    engine.feed(SettingsFrame(0).serialize() + garbage)
+    with pytest.raises(ConnectionFault) as raised:
+        engine.handle()
+    assert raised.value.detail.endswith("(ProtocolError; HEADERS frame on stream 1)")
