@@ -141,3 +141,22 @@ def test_a_connection_fault_on_a_fast_path_names_its_frame_too(fast: frozenset[s
     with pytest.raises(ConnectionFault) as raised:
         engine.handle()
     assert raised.value.detail.endswith("(ProtocolError; HEADERS frame on stream 1)")
+
+
+def test_headers_on_a_stream_that_ended_name_their_frame() -> None:
+    """Plain h2 (no stream faults) refuses HEADERS after a stream's END_STREAM
+    for the whole connection (RFC 9113 5.1 allows either)."""
+    engine, events = started(frozenset())
+    events.engine = None  # the stream's end leaves the connection open here
+    events.got_end = lambda: None  # type: ignore[method-assign]
+    engine.feed(
+        SettingsFrame(0).serialize()
+        + response([(b":status", b"200"), (b"content-length", b"0")])
+        + DataFrame(1, b"", flags=["END_STREAM"]).serialize()
+        + response([(b":status", b"200")])
+    )
+    with pytest.raises(ConnectionFault) as raised:
+        engine.handle()
+    assert raised.value.detail == (
+        "frame on a closed stream (StreamClosedError; HEADERS frame on stream 1)"
+    )

@@ -574,7 +574,9 @@ class H2Connection(h2.connection.H2Connection):
             return self._reset_faulty(frame, fault.event)
         except h2.exceptions.StreamClosedError:
             if not self._stream_faults or not isinstance(frame, HeadersFrame):
-                raise  # h2's receive_data resets the stream
+                # A frame on a stream that ended: a connection error (RFC 9113 5.1).
+                self.fault_frame = (frame.type or 0, frame.stream_id)
+                raise
             # HEADERS on a stream that ended normally: the block was decoded
             # (HPACK is in sync); nothing waits on the stream. Tell the peer.
             self._prepare_for_sending(
