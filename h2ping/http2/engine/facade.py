@@ -151,6 +151,9 @@ class H2Engine:
         self._held_stream = 0
         self._held: list[bytes] = []
         self._held_length = 0
+        # Set once h2ping has ended the connection (its own GOAWAY went to h2,
+        # which is CLOSED now): what the peer sent after is not handed to h2.
+        self._over = False
         self._h2 = H2Connection(H2_CONFIG, header_list_limit, self.fast)
         self._frames = FrameSplitter(
             clock, plain_data=DATA in self.fast, plain_headers=RESPONSE_HEADERS in self.fast
@@ -179,6 +182,12 @@ class H2Engine:
         backlog = frames.backlog
         try:
             for kind, piece in frames.take(budget):
+                if self._over:
+                    # The connection ended while this batch was handled (its last
+                    # stream did, and the drained connection closed): h2 is CLOSED
+                    # and would call the frames after (a PING, a SETTINGS...) a
+                    # protocol error. Nothing waits on them any more.
+                    break
                 if kind == RUN:
                     self._receive(piece)
                 elif kind > 0:  # a plain DATA frame's payload, on stream ``kind``
@@ -197,7 +206,7 @@ class H2Engine:
         except ConnectionFault as fault:
             raise self._fault(fault.detail, fault.error_code) from fault
         except Exception as exc:  # anything h2 raises on the peer's bytes
-            raise self._fault(describe_h2_error(exc)) from exc
+            raise self._fault(describe_h2_error(exc, frame=self._h2.fault_frame)) from exc
         finally:
             self._release()  # what came before a fault was good
         return backlog - frames.backlog
@@ -300,6 +309,8 @@ class H2Engine:
     def _tell(self, said: list[h2.events.Event]) -> None:
         events = self._events
         for event in said:
+            if self._over:
+                return  # the connection ended while telling these (see handle)
             if event.__class__ is h2.events.DataReceived:
                 self._deliver(event.stream_id, event.data, event.flow_controlled_length)
                 continue
@@ -407,7 +418,9 @@ class H2Engine:
 
     def close(self, error_code: int = ErrorCodes.NO_ERROR) -> None:
         """GOAWAY with ``error_code``, unless h2 has sent one of its own (it does
-        for the errors it detects: one is enough)."""
+        for the errors it detects: one is enough). Nothing the peer sends after
+        is handed to h2."""
+        self._over = True
         if self._h2.state_machine.state is h2.connection.ConnectionState.CLOSED:
             return
         with contextlib.suppress(h2.exceptions.ProtocolError):
