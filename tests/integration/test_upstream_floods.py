@@ -129,6 +129,9 @@ async def window_overflow(peer: RawPeer, stream_id: int, seen: Seen) -> None:
     await send_many(peer, seen, frame, 1)
 
 
+#: Far longer than any case takes (a second or two): a case that hangs fails.
+LIMIT = aiohttp.ClientTimeout(total=20)
+
 EYC, PROTOCOL, COMPRESSION = (
     ErrorCodes.ENHANCE_YOUR_CALM,
     ErrorCodes.PROTOCOL_ERROR,
@@ -200,7 +203,7 @@ async def test_an_attack_ends_as_the_rfc_says_and_the_next_request_is_served(
 
     caplog.set_level(logging.INFO, logger="h2ping")
     async with RawUpstream(script) as up, running_proxy(up.url) as proxy:
-        async with session.get(proxy.url + "/attacked") as resp:
+        async with session.get(proxy.url + "/attacked", timeout=LIMIT) as resp:
             assert resp.status == 502, await resp.text()
             assert case.detail in resp.headers["proxy-status"]
         lines = [r.getMessage() for r in caplog.records if r.name.startswith("h2ping")]
