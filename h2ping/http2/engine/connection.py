@@ -644,9 +644,10 @@ class H2Connection(h2.connection.H2Connection):
         sent before it saw our RST_STREAM is discarded (RFC 9113 5.1: "An endpoint
         MUST ignore frames that it receives on closed streams after it has sent a
         RST_STREAM frame"); h2 answers each frame with another RST_STREAM, which
-        lets a peer that goes on sending make h2ping write for ever."""
+        lets a peer that goes on sending make h2ping write for ever. Part of
+        the ``stream_faults`` path: off, h2 answers as it does."""
         frames, events = super()._handle_data_on_closed_stream(events, exc, frame)
-        if self._stream_closed_by(frame.stream_id) is _CLOSED_BY_RESET:
+        if self._stream_faults and self._stream_closed_by(frame.stream_id) is _CLOSED_BY_RESET:
             frames = [f for f in frames if f.__class__ is not RstStreamFrame]
         return frames, events
 

@@ -159,13 +159,14 @@ class CappedEncoder(Encoder):
 
     @property
     def header_table_size(self) -> int:
-        return _TABLE_SIZE.fget(self)  # type: ignore[misc]
+        return _table_size().fget(self)  # type: ignore[misc]
 
     @header_table_size.setter
     def header_table_size(self, value: int) -> None:
-        _TABLE_SIZE.fset(self, min(value, ENCODER_TABLE_LIMIT))  # type: ignore[misc]
+        _table_size().fset(self, min(value, ENCODER_TABLE_LIMIT))  # type: ignore[misc]
 
 
-#: hpack's own property: the setter sizes the table and queues the size update
-#: owed to the peer.
-_TABLE_SIZE: property = vars(Encoder)["header_table_size"]
+def _table_size() -> property:
+    """hpack's own property (its setter sizes the table and queues the size
+    update owed to the peer), looked up when used."""
+    return vars(Encoder)["header_table_size"]

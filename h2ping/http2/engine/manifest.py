@@ -90,10 +90,10 @@ MANIFEST: tuple[Reach, ...] = (
           renamed_in=(_C,)),
     Reach(_CONNECTION, "_stream_is_closed_by_end", "calls", _paths(RECEIVE), _RECV,
           renamed_in=(_C,)),
-    # --- DATA on a stream h2ping reset goes unanswered (any path; renamed, h2 answers it)
-    Reach(_CONNECTION, "_handle_data_on_closed_stream", "overrides", frozenset(),
+    # DATA on a stream h2ping reset goes unanswered, as the stream's HEADERS do
+    Reach(_CONNECTION, "_handle_data_on_closed_stream", "overrides", _paths(STREAM_FAULTS),
           "h2.connection.H2Connection._handle_data_on_closed_stream", renamed_in=(_C,)),
-    Reach(_CONNECTION, "_stream_closed_by", "calls", frozenset(),
+    Reach(_CONNECTION, "_stream_closed_by", "calls", _paths(STREAM_FAULTS),
           "h2.connection.H2Connection._stream_is_closed_by_reset", renamed_in=(_C,)),
     Reach("h2.exceptions.StreamClosedError", "_events", "reads", _paths(RECEIVE), _RECV,
           renamed_in=("h2.exceptions", _C, _S)),
