@@ -5,6 +5,8 @@ table capped, and the flood budget earned by what h2ping sends."""
 
 from __future__ import annotations
 
+import logging
+
 import hpack
 import pytest
 from h2.errors import ErrorCodes
@@ -126,3 +128,15 @@ async def test_the_budget_is_earned_by_what_we_send() -> None:
         h.feed(FakeServer.rst(refused.stream_id, ErrorCodes.REFUSED_STREAM))
         assert refused_sink.error is not None and refused_sink.error.retryable
     assert h.conn.state is ConnState.OPEN
+
+
+async def test_a_repeated_goaway_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="h2ping")
+    h = Harness()
+    stream, _ = h.open()
+    for _ in range(5):  # one a second: within the flood budget
+        h.feed(FakeServer.goaway(stream.stream_id))
+    h.feed(FakeServer.goaway(0, ErrorCodes.NO_ERROR))  # news: the stream will not be served
+    lines = [r.getMessage() for r in caplog.records if "GOAWAY received" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert "last_stream_id=1 " in lines[0] and "last_stream_id=0 " in lines[1]
