@@ -269,3 +269,23 @@ def test_an_oversized_frame_header_is_ready_so_it_gets_refused_at_once() -> None
     assert splitter.ready
     with pytest.raises(FrameSizeError):
         splitter.take(1)
+
+
+def test_the_budget_refills_with_time_and_earnings_up_to_the_burst() -> None:
+    clock = Clock()
+    guard = FloodGuard(clock, set())
+    guard.charge({fg.PING: fg.BURST})
+    for _ in range(3):
+        guard.opened(1)  # 3 streams: 3 * PER_STREAM units
+    guard.charge({fg.RST_STREAM: 3 * fg.PER_STREAM})
+    with pytest.raises(FloodError):
+        guard.charge({fg.RST_STREAM: 1})
+    clock.now += 1.0  # a second: PER_SECOND units, from where the overspend left it
+    guard.charge({fg.PING: fg.PER_SECOND - 1 - 0.001})
+    clock.now += 3600.0
+    for _ in range(1000):
+        guard.sent_data()  # earnings do not raise it past the burst either
+    guard.charge({fg.PING: fg.BURST})
+    with pytest.raises(FloodError) as refused:
+        guard.charge({fg.PING: 0.5, fg.GOAWAY: 1.5})
+    assert refused.value.kind == fg.GOAWAY  # the costliest of the batch
