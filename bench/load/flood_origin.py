@@ -149,10 +149,11 @@ class Connection:
         with contextlib.suppress(ConnectionError, ssl.SSLError, RuntimeError):
             while time.monotonic() < deadline and not self.over():
                 self.writer.write(blob)
+                left = deadline - time.monotonic()
                 try:
-                    await asyncio.wait_for(self.writer.drain(), deadline - time.monotonic())
+                    await asyncio.wait_for(self.writer.drain(), left)
                 except TimeoutError:
-                    stalled = True  # the client stopped reading
+                    stalled = left > 1.0  # the client stopped reading for over a second
                     break
                 sent += len(blob)
                 await asyncio.sleep(pause)  # (0: lets the reader see the client's end)
