@@ -151,9 +151,10 @@ CASES = {
     "16 KiB SETTINGS at 95/s": Case(big_settings, "flood of SETTINGS frames", EYC),
     "PRIORITY flood": Case(priority_flood, "flood of PRIORITY frames", EYC),
     "unknown-type flood": Case(unknown_flood, "frames of extension or unknown types", EYC),
-    # The stream fails at its sixth 1xx; the heads that follow on it end the connection.
+    # The request fails at its sixth 1xx (its stream reset); the heads that
+    # follow on the stream are discarded unanswered, and end the connection.
     "1xx flood on one stream": Case(
-        early_hints_flood, "more than 5 informational (1xx) responses", EYC, [EYC]
+        early_hints_flood, "more than 5 informational responses", EYC, [PROTOCOL]
     ),
     "GOAWAY flood": Case(goaway_flood, "flood of GOAWAY frames", EYC),
     "RST_STREAM on idle streams": Case(

@@ -157,7 +157,7 @@ class H2Engine:
         self._over = False
         self._h2 = H2Connection(H2_CONFIG, header_list_limit, self.fast)
         self._guard = FloodGuard(clock, streams)
-        self._rules = PeerRules(self._h2, self._guard, streams)
+        self._rules = PeerRules(self._h2, self._guard)
         self._frames = FrameSplitter(
             clock,
             plain_data=DATA in self.fast,
@@ -349,13 +349,9 @@ class H2Engine:
             else:  # h2 reset it, for what the peer did on it
                 stream.got_fault(*self._rules.local_reset(event.error_code))
         elif isinstance(event, h2.events.InformationalResponseReceived):
-            # Charged and counted (at most 5 a stream), then passed on.
-            fault = self._rules.informational(event.stream_id, event.headers)
+            self._rules.informational(event.headers)  # charged by its size
             if (stream := self._streams.get(event.stream_id)) is not None:
-                if fault is None:
-                    stream.got_informational(event.headers)
-                else:
-                    stream.got_fault(*fault)
+                stream.got_informational(event.headers)
         elif isinstance(event, h2.events.RemoteSettingsChanged):
             sent = self._rules.settings_changed(event.changed_settings)
             self.heard.settings = {**(self.heard.settings or {}), **sent}

@@ -42,9 +42,8 @@ The numbers, and why ordinary traffic stays far below them:
   :data:`SMALL_DATA` bytes or more cost nothing (per byte, what a download
   costs); smaller ones cost up to a unit each, so a stream of 1-byte frames is
   charged as the flood it is.
-- Informational (1xx) heads are charged by size, and
-  :data:`~.peerrules.MAX_INFORMATIONAL` are allowed per stream
-  (:mod:`.peerrules`).
+- Informational (1xx) heads are charged by size (:mod:`.peerrules`); how many
+  one request takes (5, as in Go's transport) is its exchange's rule.
 """
 
 from __future__ import annotations

@@ -2,11 +2,10 @@
 
 - Informational (1xx) heads: RFC 9110 15.2 sets no number, but each costs HPACK
   work and a server could send them for ever in place of a response. Each is
-  charged to the connection's flood budget (:mod:`.floodguard`) by its size,
-  and a stream may have :data:`MAX_INFORMATIONAL`, as in Go's transport: the
-  next resets that stream with ENHANCE_YOUR_CALM (RFC 9113 5.4.2: a stream
-  error, since one stream's response is at fault) and its request fails. What
-  the server sends on it afterwards is charged as frames on a closed stream.
+  charged to the connection's flood budget (:mod:`.floodguard`) by its size.
+  (How many one request takes is its exchange's rule: past it the stream is
+  reset, and what the server sends on it afterwards is charged as frames on a
+  closed stream.)
 - A stream h2 resets itself, for what the peer did on it (a WINDOW_UPDATE that
   overflows the stream's window, RFC 9113 6.9.1; a frame on a stream the peer
   had ended), is h2ping's reset, and its request is told so, not "reset by
@@ -19,7 +18,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Container, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import h2.connection
@@ -33,8 +32,6 @@ from . import floodguard as fg
 from .connection import header_list_size
 from .floodguard import FloodGuard
 
-#: Informational responses allowed per stream (Go's transport allows 5).
-MAX_INFORMATIONAL = 5
 #: The setting codes h2 knows; others are dropped once seen.
 _KNOWN_SETTINGS = frozenset(int(code) for code in h2.settings.SettingCodes)
 
@@ -43,40 +40,17 @@ Fault = tuple[str, str]
 
 
 class PeerRules:
-    """The rules of the module, for one connection's ``h2`` and flood ``guard``;
-    ``streams`` is the connection's table of the streams it still serves."""
+    """The rules of the module, for one connection's ``h2`` and flood ``guard``."""
 
-    def __init__(
-        self, conn: h2.connection.H2Connection, guard: FloodGuard, streams: Container[int]
-    ) -> None:
+    def __init__(self, conn: h2.connection.H2Connection, guard: FloodGuard) -> None:
         self._h2 = conn
         self._guard = guard
-        self._streams = streams
-        self._informational: dict[int, int] = {}  # 1xx heads so far, by stream
-        self._prune_at = 64
 
-    def informational(self, stream_id: int, headers: list[Header]) -> Fault | None:
-        """Charge a 1xx head on ``stream_id`` (raises :class:`~.floodguard.FloodError`
-        when the budget is spent). Past :data:`MAX_INFORMATIONAL` on one stream,
-        reset it and return what its request is told."""
+    def informational(self, headers: list[Header]) -> None:
+        """Charge a 1xx head (raises :class:`~.floodguard.FloodError` when the
+        budget is spent)."""
         size = header_list_size(headers)
         self._guard.charge({fg.INFORMATIONAL: 1 + size / fg.HPACK_BYTES_PER_UNIT})
-        counts = self._informational
-        if len(counts) >= self._prune_at:
-            for gone in [sid for sid in counts if sid not in self._streams]:
-                del counts[gone]  # streams that ended: their count is done
-            self._prune_at = max(64, 2 * len(counts))
-        count = counts[stream_id] = counts.get(stream_id, 0) + 1
-        if count <= MAX_INFORMATIONAL:
-            return None
-        del counts[stream_id]
-        with contextlib.suppress(h2.exceptions.ProtocolError):
-            self._h2.reset_stream(stream_id, ErrorCodes.ENHANCE_YOUR_CALM)
-        detail = (
-            f"more than {MAX_INFORMATIONAL} informational (1xx) responses "
-            "(h2ping reset the stream: ENHANCE_YOUR_CALM)"
-        )
-        return errors.HTTP_PROTOCOL_ERROR, detail
 
     @staticmethod
     def local_reset(error_code: int) -> Fault:
