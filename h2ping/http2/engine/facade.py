@@ -98,8 +98,9 @@ class Heard:
 
     #: The start of the first bytes read: a peer that speaks no HTTP/2 shows it.
     opening: bytes = b""
-    #: Every setting the peer's SETTINGS frames carried, by code, as sent (a
-    #: setting never sent is missing); None before its first SETTINGS.
+    #: Every setting h2 knows that the peer's SETTINGS frames carried, by code,
+    #: as sent (a setting never sent is missing; unknown identifiers are
+    #: ignored, RFC 9113 6.5.2); None before its first SETTINGS.
     settings: dict[int, int] | None = None
     #: How the peer broke HTTP/2 for the whole connection, if it did
     #: (:attr:`ConnectionFault.detail`).
