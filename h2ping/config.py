@@ -521,6 +521,20 @@ class Config:
             )
         ],
     )
+    # A peer that takes none of what a connection writes must not make h2ping buffer
+    # its answers without end: past this, the connection is cut.
+    write_timeout: float = setting(
+        default=30.0,
+        type=DURATION,
+        group="Liveness",
+        metavar="duration",
+        help="cut a connection the server stops reading this long",
+        doc="while an upstream connection's writes wait (the server reads nothing of what "
+        "h2ping sends), h2ping reads nothing from it and opens no stream on it; cut it "
+        "when this long passes with none of them taken (see "
+        "[Connections](docs/connections.md#back-pressure-from-the-upstream))",
+        rules=[greater_than_zero()],
+    )
     max_conn_age: float = setting(
         default=50 * 60.0,
         type=DURATION,

@@ -119,10 +119,13 @@ class StreamTable:
         self._engine = engine
         self._on_change = on_change
         self._preface_out = False
+        self.writes_blocked = False  # no stream while the peer reads none of our writes
 
     @property
     def free_slots(self) -> int:
         state = self._conn.state
+        if self.writes_blocked:
+            return 0
         if state is ConnState.OPEN:
             limit = min(self.max_streams, self.cap)
         elif state is ConnState.CONNECTING and self._preface_out:
@@ -183,6 +186,16 @@ class StreamTable:
         if stream_id >= LAST_USABLE_STREAM_ID:
             conn.retire("stream ids exhausted")
         return stream
+
+    def writes_paused(self) -> None:
+        """The peer reads none of what the connection writes: no slot for now."""
+        self.writes_blocked = True
+
+    def writes_resumed(self) -> None:
+        """The peer reads what the connection writes again: its slots are news."""
+        self.writes_blocked = False
+        if self._conn.state is ConnState.OPEN:
+            self._on_change(self._conn)
 
     def unreserve(self, freed: bool) -> None:
         """A reservation ended: used for a stream, or (``freed``) given back or
@@ -256,8 +269,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         on_age: Callable[[UpstreamConnection], None] | None = None,
         ping_backoff: PingBackoff | None = None,
     ) -> None:
-        """``ping_backoff``, shared by the connections to one upstream, gives the PING
-        interval and hears of a GOAWAY that punishes PINGs."""
+        """``ping_backoff`` (one per upstream) gives the PING interval, hears of punished PINGs."""
         self.upstream = config.upstream
         self.id = conn_id
         self.state = ConnState.CONNECTING
@@ -378,6 +390,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self._inbound.attach(self._transport)
         self.outbound.attach(self._transport)
+        self.clocks.writes.attach(self._transport, self._inbound, self.outbound)
         self.table.preface_sent()  # once flushed below
         self._engine.start(self.window.announced, connection_window(self.window.cap))
         if (payload := self.window.first_ping()) is not None:
@@ -421,10 +434,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._end(reason, error)
 
     def pause_writing(self) -> None:
-        self.outbound.pause_writing()
+        self.clocks.writes.paused()  # reads and takes streams no more until resumed
 
     def resume_writing(self) -> None:
-        self.outbound.resume_writing()
+        self.clocks.writes.resumed()
 
     def _is_closed(self) -> bool:
         return self.state is ConnState.CLOSED
