@@ -480,6 +480,19 @@ class Config:
         "100 or 128 on most)",
         rules=[between(0, 2**31 - 1, "0: the server's limit")],
     )
+    # However many connections the server's limits would call for (one stream
+    # each, or none), the pool holds at most this many.
+    max_upstream_conns: int = setting(
+        default=1000,
+        type=INT,
+        group="Upstream",
+        metavar="n",
+        help="upstream connections held at most, dials included",
+        doc="hold at most this many upstream connections (those being opened "
+        "included); at the bound requests wait for a stream slot, and h2ping warns "
+        "(see [Connections](docs/connections.md#how-many-connections))",
+        rules=[between(1, 2**31 - 1)],
+    )
     insecure_skip_verify: bool = setting(
         default=False,
         type=BOOL,

@@ -2,8 +2,9 @@
 
 The pool only chooses: it asks its connections, oldest first, for a stream slot
 (each connection counts its own, never more than the peer's
-``SETTINGS_MAX_CONCURRENT_STREAMS``), and opens another connection when none has
-room. Requests that find no slot wait in arrival order.
+``SETTINGS_MAX_CONCURRENT_STREAMS``, and offers none while it is blocked), and
+opens another connection when none has room, one at a time, as its
+:class:`~.growth.PoolGrowth` allows. Requests that find no slot wait in arrival order.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..http2.tlslayer import SessionCache
 from ..http2.upstream import ConnState, StreamSlot, UpstreamConnection
 from ..logs import plural
 from ..stats import Stats
+from .growth import PoolGrowth
 
 log = logging.getLogger("h2ping.pool")
 
@@ -51,6 +53,9 @@ class Pool:
         self._answered_before = 0  # by connections no longer in the pool
         self._ping_backoff = PingBackoff(config.ping_interval, stats)  # new connections' PINGs
         self._tls_sessions = SessionCache()  # the next connection resumes the latest
+        target = f"{config.upstream.host}:{config.upstream.port}"
+        clock = asyncio.get_running_loop().time
+        self._growth = PoolGrowth(target, config.max_upstream_conns, clock)
 
     @property
     def connections(self) -> list[UpstreamConnection]:
@@ -129,6 +134,8 @@ class Pool:
         if conn.state is ConnState.CLOSED and conn in self._conns:
             self._conns.remove(conn)
             self._answered_before += conn.answered
+        elif self._growth.refusal is not None and conn.max_streams > 0:
+            self._growth.allows_some()  # its server raised its limit
         self._wake()
 
     def _wake(self) -> None:
@@ -144,10 +151,20 @@ class Pool:
             self._ensure_connecting()
 
     def _ensure_connecting(self) -> None:
-        if self._connecting is None and not self._closed:
-            self._connecting = asyncio.get_running_loop().create_task(self._open())
+        if self._connecting is not None or self._closed:
+            return
+        growth = self._growth
+        if growth.refusal is not None and not any(conn.busy for conn in self._conns):
+            self._fail_waiters(growth.refusal)  # nothing in flight will make room
+            return
+        if growth.at_limit(len(self._conns)):
+            self._retire_old()  # no successor can open: let them drain to make room
+            return
+        self._connecting = asyncio.get_running_loop().create_task(self._open(growth.wait()))
 
-    async def _open(self) -> None:
+    async def _open(self, wait: float) -> None:
+        if wait > 0:
+            await asyncio.sleep(wait)  # the back-off after a connection that allowed none
         conn_id = self._next_id
         self._next_id += 1
         try:
@@ -184,8 +201,21 @@ class Pool:
             conn.close("proxy shutting down")
             return
         self._conns.append(conn)
+        if conn.state is ConnState.OPEN and conn.max_streams == 0:
+            self._growth.allows_none(conn_id)
+            self._close_unused_but(conn)
+        elif conn.max_streams > 0:
+            self._growth.allows_some()
         self._retire_old()
         self._wake()
+
+    def _close_unused_but(self, newest: UpstreamConnection) -> None:
+        """Close the older connections that allow no streams and carry none: the
+        newest says as much of the server's mood, and each holds a descriptor."""
+        for conn in list(self._conns):
+            unused = conn.state is ConnState.OPEN and conn.max_streams == 0 and not conn.busy
+            if unused and conn is not newest:
+                conn.retire("upstream allows no streams")
 
     def _on_preface(self, conn: UpstreamConnection) -> None:
         """A connection being dialled has sent its preface: the request first in

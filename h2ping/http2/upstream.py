@@ -175,6 +175,14 @@ class StreamTable:
                 f"connection {self.id} stopped taking streams ({conn.close_reason})",
                 retryable=True,
             )
+        if conn.state is ConnState.OPEN and len(self.streams) >= self.max_streams:
+            # Reserved before the peer's SETTINGS, or before they lowered its limit:
+            # h2 would refuse to send it. Nothing was sent, so the request asks again.
+            raise SlotLost(
+                errors.CONNECTION_TERMINATED,
+                f"connection {self.id} allows {self.max_streams} streams now",
+                retryable=True,
+            )
         engine = self._engine
         stream_id = engine.next_stream_id()
         engine.send_request(stream_id, headers, end_stream)

@@ -19,6 +19,7 @@ from .. import errors
 from ..config import Config, HostPort, parse_listen, parse_upstream
 from ..errors import AccessLogError, BindError, UpstreamError
 from ..forward.exchange import Exchange, ExchangeContext
+from ..forward.growth import NoStreamsAllowed
 from ..forward.pool import Pool
 from ..forward.replay import ReplayPolicy
 from ..forward.retry import RetryBudget
@@ -261,6 +262,13 @@ class Proxy:
         assert self.pool is not None  # warm_up checked
         try:
             slot = await self.pool.acquire(early=False)
+        except NoStreamsAllowed:
+            log.warning(
+                "upstream %s allows no streams at start (SETTINGS_MAX_CONCURRENT_STREAMS 0); "
+                "requests get 502 until it allows some",
+                self.config.upstream.display,
+            )
+            return
         except UpstreamError as exc:
             upstream = self.config.upstream.display
             log.warning(
@@ -292,7 +300,8 @@ class Proxy:
         if reason is not None:
             return reason
         assert self.pool is not None  # made before the server starts
-        if any(conn.state is ConnState.OPEN for conn in self.pool.connections):
+        # Open and taking streams (one that allows none is no sign of readiness).
+        if any(c.state is ConnState.OPEN and c.max_streams for c in self.pool.connections):
             return None
         try:
             async with asyncio.timeout(timeout):

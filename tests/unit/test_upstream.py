@@ -454,3 +454,19 @@ async def test_the_write_deadline_ends_with_the_connection(monkeypatch: pytest.M
     assert clock.pending == 1
     h.conn.close("test")
     assert clock.pending == 0
+
+
+async def test_a_slot_reserved_before_settings_that_allow_no_streams_is_lost_not_a_crash() -> None:
+    """Taken behind the preface, used once the peer's SETTINGS said 0: nothing is
+    sent, and the request asks the pool again."""
+    conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
+    transport = FakeTransport()
+    conn.connection_made(transport)
+    slot = conn.try_reserve()
+    assert slot is not None
+    conn.data_received(FakeServer.settings(max_concurrent_streams=0))
+    with pytest.raises(SlotLost) as lost:
+        slot.open(REQUEST, RecordingSink(), end_stream=True)
+    assert lost.value.retryable and lost.value.detail == "connection 1 allows 0 streams now"
+    await asyncio.sleep(0)
+    assert not of(HeadersFrame, transport.frames()) and conn.reserved == 0
