@@ -466,6 +466,19 @@ class Config:
         "buffered for it (see [Connections](docs/connections.md#receive-windows))",
         rules=[between(65535, 2**31 - 1)],  # h2's least window, and 31 bits
     )
+    # A window is a promise to buffer: with many slow clients, the sum of the
+    # windows is what they can hold, so their growth comes from one budget.
+    receive_window_budget: int = setting(
+        default=256 * 1024 * 1024,
+        type=INT,
+        group="Upstream",
+        metavar="bytes",
+        help="streams' windows past 128 KiB each, in all",
+        doc="the response streams' receive windows grow past their first 128 KiB only "
+        "out of this, all upstream connections of a process together: with many slow "
+        "clients, what they can have buffered for them (see [Sizing](docs/sizing.md#memory))",
+        rules=[not_negative("0: no stream's window grows")],
+    )
     # At most this many streams on one connection, below the peer's own limit, so
     # that one dead connection fails fewer requests; 0: the peer's limit alone.
     max_streams_per_conn: int = setting(

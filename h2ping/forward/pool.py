@@ -22,6 +22,7 @@ from ..http2.dial import connect
 from ..http2.pingbackoff import PingBackoff
 from ..http2.tlslayer import SessionCache
 from ..http2.upstream import ConnState, StreamSlot, UpstreamConnection
+from ..http2.windows import WindowBudget
 from ..logs import plural
 from ..stats import Stats
 from .growth import PoolGrowth
@@ -53,6 +54,7 @@ class Pool:
         self._answered_before = 0  # by connections no longer in the pool
         self._ping_backoff = PingBackoff(config.ping_interval, stats)  # new connections' PINGs
         self._tls_sessions = SessionCache()  # the next connection resumes the latest
+        self.window_budget = WindowBudget(config.receive_window_budget)  # its streams' windows
         target = f"{config.upstream.host}:{config.upstream.port}"
         clock = asyncio.get_running_loop().time
         self._growth = PoolGrowth(target, config.max_upstream_conns, clock)
@@ -178,6 +180,7 @@ class Pool:
                 ping_backoff=self._ping_backoff,
                 tls_sessions=self._tls_sessions,
                 on_preface=self._on_preface,
+                window_budget=self.window_budget,
             )
         except Exception as exc:
             if not isinstance(exc, UpstreamError):  # a bug of ours: fail, never hang

@@ -44,7 +44,7 @@ from .outbound import OutboundPump
 from .peerevents import PeerEventHandler
 from .pingbackoff import PingBackoff
 from .streams import SlotLost, StreamSink, StreamSlot, UpstreamStream
-from .windows import ReceiveWindow, connection_window
+from .windows import ReceiveWindow, WindowBudget, connection_window
 
 log = logging.getLogger("h2ping.upstream")
 
@@ -186,9 +186,9 @@ class StreamTable:
         engine = self._engine
         stream_id = engine.next_stream_id()
         engine.send_request(stream_id, headers, end_stream)
-        if extra := conn.window.extra:
-            engine.widen(stream_id, extra)  # the window's raises so far
         stream = UpstreamStream(self, engine, stream_id, sink, ended=end_stream)
+        if (wanted := conn.window.extra) and (extra := conn.window.budget.take(wanted)):
+            stream.widen(extra)  # the window's raises so far, as the budget allows
         self.streams[stream_id] = stream
         self.outbound.schedule_flush()
         if stream_id >= LAST_USABLE_STREAM_ID:
@@ -225,6 +225,8 @@ class StreamTable:
         if stream.closed:
             return
         credit = stream.close()
+        if stream.extra:
+            self._conn.window.budget.give(stream.extra)
         self.streams.pop(stream.stream_id, None)
         self.outbound.forget(stream)
         conn = self._conn
@@ -247,9 +249,12 @@ class StreamTable:
 
     def widen(self, increment: int) -> None:
         """Each stream's window grew by ``increment``: tell the peer for every open
-        stream (a new one hears of it right after its HEADERS, in open_stream)."""
-        for stream_id in self.streams:
-            self._engine.widen(stream_id, increment)
+        stream, as far as the window budget allows (a new one hears of it right
+        after its HEADERS, in open_stream)."""
+        budget = self._conn.window.budget
+        for stream in self.streams.values():
+            if extra := budget.take(increment):
+                stream.widen(extra)
         self.outbound.schedule_flush()
 
     def __repr__(self) -> str:
@@ -259,11 +264,10 @@ class StreamTable:
 class UpstreamConnection(asyncio.BufferedProtocol):
     """An HTTP/2 client connection driven by inbound bytes, never by waiting readers.
 
-    A buffered protocol: the transport (or the TLS layer, :mod:`.tlslayer`) reads
-    into one buffer of ours, where a plain protocol costs an allocation per read.
-    Its state and its end are its own; its stream slots and streams are its
-    ``table``'s, what the peer says to it its ``peer``'s to handle, its clocks
-    (PINGs, age, idle) its ``clocks``'."""
+    A buffered protocol: the transport (or the TLS layer, :mod:`.tlslayer`) reads into one
+    buffer of ours, where a plain protocol costs an allocation per read. Its state and its end
+    are its own; its stream slots and streams are its ``table``'s, what the peer says to it its
+    ``peer``'s to handle, its clocks (PINGs, age, idle, blocked writes) its ``clocks``'."""
 
     #: Handles what the peer says to the connection itself (a subclass may watch it).
     peer_events: type[PeerEventHandler] = PeerEventHandler
@@ -276,8 +280,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         stats: Stats,
         on_age: Callable[[UpstreamConnection], None] | None = None,
         ping_backoff: PingBackoff | None = None,
+        window_budget: WindowBudget | None = None,
     ) -> None:
-        """``ping_backoff`` (one per upstream) gives the PING interval, hears of punished PINGs."""
+        """``ping_backoff`` and ``window_budget``: shared by the connections to one upstream."""
         self.upstream = config.upstream
         self.id = conn_id
         self.state = ConnState.CONNECTING
@@ -291,7 +296,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._read_buffer = memoryview(bytearray(READ_SIZE))
         self.ping_interval = config.ping_interval if ping_backoff is None else ping_backoff.interval
         measuring = self.ping_interval > 0 and not (ping_backoff and ping_backoff.punishing)
-        self.window = ReceiveWindow(config.max_receive_window, measuring)
+        self.window = ReceiveWindow(config.max_receive_window, measuring, budget=window_budget)
         self.clocks = ConnectionClocks(self, config, self.ping_interval, stats, on_age)
         self.lifetime = self.clocks.lifetime
         self.peer = self.peer_events(self, self.clocks.liveness, stats, ping_backoff)

@@ -113,6 +113,7 @@ class FakeDialer:
         ping_backoff: object = None,
         tls_sessions: object = None,
         on_preface: object = None,
+        window_budget: object = None,
     ) -> FakeConn:
         self.attempts += 1
         if self.gate is not None:
@@ -359,6 +360,7 @@ async def test_a_dying_connection_is_not_handed_to_a_waiting_request(death: str)
         ping_backoff=None,
         tls_sessions=None,
         on_preface=None,
+        window_budget=None,
     ):  # type: ignore[no-untyped-def]
         if dialled:
             await never  # the second connection never comes up
