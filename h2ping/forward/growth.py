@@ -8,10 +8,12 @@ is what stops each:
   one may send while it sheds load): every new connection is as full as the
   last. Such a connection counts as full, not as a reason to try another at
   once: the next dial waits a back-off (:data:`FIRST_BACKOFF`, doubling up to
-  :data:`LAST_BACKOFF`), and while it waits a request that nothing in flight
-  could make room for fails at once with :class:`NoStreamsAllowed` (a ``502``
-  that says so) instead of waiting or dialling. A connection that takes streams
-  again (its server raised its limit, or a new one allows some) ends it.
+  :data:`LAST_BACKOFF`), and during it a request that nothing in flight could
+  make room for fails at once with :class:`NoStreamsAllowed` (a ``502`` that
+  says so) instead of waiting or dialling. The first request after it dials
+  again (and fails so too if that connection allows none either). A connection
+  that takes streams again (its server raised its limit, or a new one allows
+  some) ends it.
 - Whatever the server says, the pool holds at most ``-max-upstream-conns``
   connections, those being dialled included; at that bound requests wait for a
   stream slot, and one WARNING a minute at most says so.

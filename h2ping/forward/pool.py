@@ -156,8 +156,9 @@ class Pool:
         if self._connecting is not None or self._closed:
             return
         growth = self._growth
-        if growth.refusal is not None and not any(conn.busy for conn in self._conns):
-            self._fail_waiters(growth.refusal)  # nothing in flight will make room
+        refusal = growth.refusal if growth.wait() > 0 else None  # backing off
+        if refusal is not None and not any(conn.busy for conn in self._conns):
+            self._fail_waiters(refusal)  # nothing in flight will make room
             return
         if growth.at_limit(len(self._conns)):
             self._retire_old()  # no successor can open: let them drain to make room

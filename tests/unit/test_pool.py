@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from h2ping.errors import UpstreamError
+from h2ping.forward import growth
 from h2ping.forward.growth import FIRST_BACKOFF, LAST_BACKOFF, NoStreamsAllowed, PoolGrowth
 from h2ping.forward.pool import Pool
 from h2ping.http2.upstream import ConnState, UpstreamConnection
@@ -407,6 +408,26 @@ async def test_a_connection_that_allows_no_streams_is_full_and_no_dial_follows_a
             with pytest.raises(NoStreamsAllowed):
                 await pool.acquire()
         assert dialer.attempts == 1 and len(pool.connections) == 1
+
+
+async def test_after_the_back_off_the_next_request_dials_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(growth, "FIRST_BACKOFF", 0.05)
+    async with open_pool(max_streams=0) as (dialer, pool):
+        with pytest.raises(NoStreamsAllowed):
+            async with asyncio.timeout(5):
+                await pool.acquire()
+        await asyncio.sleep(0.06)
+        dialer.max_streams = 1  # the server takes streams again
+        slot = await pool.acquire()
+        assert dialer.attempts == 2 and slot.conn is dialer.conns[1]
+        assert dialer.conns[0].retired_for == ""  # its limit may rise: kept until idle
+        assert pool.try_acquire() is None
+        slot.release()
+        assert pool.try_acquire() is not None, (
+            "the refusal outlived the connection that took streams"
+        )
 
 
 async def test_a_request_waits_on_a_connection_in_flight_when_a_new_one_allows_none() -> None:
