@@ -8,12 +8,11 @@ is what stops each:
   one may send while it sheds load): every new connection is as full as the
   last. Such a connection counts as full, not as a reason to try another at
   once: the next dial waits a back-off (:data:`FIRST_BACKOFF`, doubling up to
-  :data:`LAST_BACKOFF`), and during it a request that nothing in flight could
-  make room for fails at once with :class:`NoStreamsAllowed` (a ``502`` that
-  says so) instead of waiting or dialling. The first request after it dials
-  again (and fails so too if that connection allows none either). A connection
-  that takes streams again (its server raised its limit, or a new one allows
-  some) ends it.
+  :data:`LAST_BACKOFF`), and the requests that find no slot meanwhile wait for
+  it. When a new connection allows none and no stream in flight could make
+  room, the requests waiting fail with :class:`NoStreamsAllowed` (a ``502``
+  that says so). A connection that takes streams again (its server raised its
+  limit, or a new one allows some) ends the back-off.
 - Whatever the server says, the pool holds at most ``-max-upstream-conns``
   connections, those being dialled included; at that bound requests wait for a
   stream slot, and one WARNING a minute at most says so.
@@ -73,8 +72,8 @@ class PoolGrowth:
         self._delay = 0.0  # the next back-off; 0 while connections take streams
         self._not_before = 0.0  # no dial before this loop time
         self._limit_logged = -LIMIT_LOG_INTERVAL
-        #: Why requests that nothing in flight can serve fail now; None while the
-        #: upstream's connections take streams.
+        #: Why requests that nothing in flight can serve fail; None while the
+        #: upstream's new connections take streams.
         self.refusal: NoStreamsAllowed | None = None
 
     def wait(self) -> float:
@@ -92,13 +91,15 @@ class PoolGrowth:
             log.warning(_LIMIT, held, self._limit)
         return True
 
-    def allows_none(self, conn_id: int) -> None:
-        """A new connection allowed no streams: back off before the next."""
+    def allows_none(self, conn_id: int) -> NoStreamsAllowed:
+        """A new connection allowed no streams: back off before the next. Returns
+        what to tell the requests that nothing in flight can serve."""
         self._delay = min(LAST_BACKOFF, max(FIRST_BACKOFF, self._delay * 2))
         self._not_before = self._clock() + self._delay
         level = logging.WARNING if self.refusal is None else logging.DEBUG
         log.log(level, _NONE_ALLOWED, conn_id, self._target, self._delay)
         self.refusal = NoStreamsAllowed(self._target)
+        return self.refusal
 
     def allows_some(self) -> None:
         """A connection takes streams (a new one, or one whose server raised its limit)."""

@@ -72,6 +72,11 @@ class Pool:
         return least if not cap or least is None else min(least, cap)
 
     @property
+    def refusal(self) -> UpstreamError | None:
+        """Why requests fail while the upstream's new connections allow no streams."""
+        return self._growth.refusal
+
+    @property
     def answered(self) -> int:
         """Streams the upstream has sent response headers for, ever: it grows while
         the upstream takes work, even while it refuses some streams."""
@@ -156,10 +161,6 @@ class Pool:
         if self._connecting is not None or self._closed:
             return
         growth = self._growth
-        refusal = growth.refusal if growth.wait() > 0 else None  # backing off
-        if refusal is not None and not any(conn.busy for conn in self._conns):
-            self._fail_waiters(refusal)  # nothing in flight will make room
-            return
         if growth.at_limit(len(self._conns)):
             self._retire_old()  # no successor can open: let them drain to make room
             return
@@ -206,8 +207,10 @@ class Pool:
             return
         self._conns.append(conn)
         if conn.state is ConnState.OPEN and conn.max_streams == 0:
-            self._growth.allows_none(conn_id)
+            refusal = self._growth.allows_none(conn_id)
             self._close_unused_but(conn)
+            if not any(c.busy for c in self._conns):
+                self._fail_waiters(refusal)  # nothing in flight will make room
         elif conn.max_streams > 0:
             self._growth.allows_some()
         self._retire_old()
@@ -224,7 +227,10 @@ class Pool:
     def _on_preface(self, conn: UpstreamConnection) -> None:
         """A connection being dialled has sent its preface: the request first in
         line goes on it now, a round trip before its SETTINGS (and the pool's
-        choosing) come. The rest wait for those."""
+        choosing) come. The rest wait for those. Not while the upstream's new
+        connections allow no streams: then the SETTINGS decide first."""
+        if self._growth.refusal is not None:
+            return
         first = next((w for w in self._waiters if not w.done() and w not in self._patient), None)
         if first is not None and (slot := conn.try_reserve()) is not None:
             self._waiters.remove(first)

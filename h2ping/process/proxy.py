@@ -303,6 +303,8 @@ class Proxy:
         # Open and taking streams (one that allows none is no sign of readiness).
         if any(c.state is ConnState.OPEN and c.max_streams for c in self.pool.connections):
             return None
+        if (refusal := self.pool.refusal) is not None:
+            return f"upstream: {refusal}"  # known: no dial to say it again
         try:
             async with asyncio.timeout(timeout):
                 slot = await self.pool.acquire(early=False)

@@ -397,20 +397,29 @@ async def test_a_dying_connection_is_not_handed_to_a_waiting_request(death: str)
 # ------------------------------------------------- a server that allows no streams
 
 
-async def test_a_connection_that_allows_no_streams_is_full_and_no_dial_follows_at_once() -> None:
+async def test_a_connection_that_allows_no_streams_is_full_and_the_next_dial_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(growth, "FIRST_BACKOFF", 0.2)
     async with open_pool(max_streams=0) as (dialer, pool):
         with pytest.raises(NoStreamsAllowed, match="upstream allows no streams"):
             async with asyncio.timeout(5):  # dialling on and on, it would never answer
                 await pool.acquire()
         assert dialer.attempts == 1
-        # Within the back-off, nothing in flight can make room: 502 at once, no dial.
-        for _ in range(50):
-            with pytest.raises(NoStreamsAllowed):
-                await pool.acquire()
-        assert dialer.attempts == 1 and len(pool.connections) == 1
+        # Requests meanwhile wait for the back-off: no dial before it.
+        waiters = [asyncio.create_task(pool.acquire()) for _ in range(50)]
+        await settle()
+        assert dialer.attempts == 1 and not any(w.done() for w in waiters)
+        # Then one dial; it allows none either, and nothing in flight can make room.
+        done, _ = await asyncio.wait(waiters, timeout=5)
+        assert len(done) == 50 and dialer.attempts == 2
+        assert all(isinstance(w.exception(), NoStreamsAllowed) for w in waiters)
+        # The older connection that took nothing is closed: one is enough to hear from.
+        assert dialer.conns[0].retired_for == "upstream allows no streams"
+        assert pool.connections == [dialer.conns[1]]
 
 
-async def test_after_the_back_off_the_next_request_dials_again(
+async def test_after_the_back_off_a_connection_that_takes_streams_serves_and_ends_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(growth, "FIRST_BACKOFF", 0.05)
@@ -418,16 +427,13 @@ async def test_after_the_back_off_the_next_request_dials_again(
         with pytest.raises(NoStreamsAllowed):
             async with asyncio.timeout(5):
                 await pool.acquire()
-        await asyncio.sleep(0.06)
+        assert pool.refusal is not None
         dialer.max_streams = 1  # the server takes streams again
-        slot = await pool.acquire()
+        async with asyncio.timeout(5):
+            slot = await pool.acquire()
         assert dialer.attempts == 2 and slot.conn is dialer.conns[1]
+        assert pool.refusal is None
         assert dialer.conns[0].retired_for == ""  # its limit may rise: kept until idle
-        assert pool.try_acquire() is None
-        slot.release()
-        assert pool.try_acquire() is not None, (
-            "the refusal outlived the connection that took streams"
-        )
 
 
 async def test_a_request_waits_on_a_connection_in_flight_when_a_new_one_allows_none() -> None:
