@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from .egress import ProxySetting, ProxyURL, read_proxy_setting
 from .settings import (
     FINITE,
     ConfigError,
@@ -318,6 +319,11 @@ def optional_text(text: str) -> str | None:
     return text or None  # empty: none, as when not given
 
 
+def choice(text: str) -> str:
+    # A name from a fixed list (a level, a format): any case, as people write them.
+    return text.lower()
+
+
 # --- the Go binary's meaning for values Config refuses --------------------------------------
 
 #: What the HTTP/2 transport of the Go binary uses for a PING timeout of 0 or less.
@@ -506,6 +512,20 @@ class Config:
         "(see [Connections](docs/connections.md#how-many-connections))",
         rules=[between(1, 2**31 - 1)],
     )
+    # Through an HTTP forward proxy (CONNECT), or directly; the environment only when asked.
+    proxy: ProxySetting = setting(
+        default=ProxySetting(),
+        type=TEXT,
+        group="Upstream",
+        metavar="URL",
+        help="via this HTTP proxy (CONNECT); env: from HTTPS_PROXY",
+        doc="connect to the upstream through this HTTP forward proxy with `CONNECT`: "
+        "`http://[user:password@]host:port`; `env` reads `HTTPS_PROXY`, `NO_PROXY` and the "
+        "others as curl does; `none` connects directly, whatever the environment says, as "
+        "the Go binary does (see [Running it](docs/running.md#through-an-egress-proxy))",
+        read=read_proxy_setting,
+        shown_default="none",
+    )
     insecure_skip_verify: bool = setting(
         default=False,
         type=BOOL,
@@ -645,6 +665,7 @@ class Config:
         help=", ".join(LOG_LEVELS[:-1]) + " or " + LOG_LEVELS[-1],
         doc="`debug`, `info`, `warning`, `error`; the start and stop lines are written at "
         "every level",
+        read=choice,
         rules=[one_of(LOG_LEVELS)],
     )
     log_format: str = setting(
@@ -654,6 +675,7 @@ class Config:
         metavar="format",
         help="text, or json for one object per line",
         doc="`json` writes one JSON object per line (see [Observability](docs/observability.md))",
+        read=choice,
         rules=[one_of(LOG_FORMATS)],
     )
     # One line per finished request, in log_format, to this file ("-": stderr); None: off.
@@ -667,6 +689,17 @@ class Config:
         "`-log-format` (see [Observability](docs/observability.md#access-log))",
         read=optional_text,
         shown_default="off",
+    )
+    # Each request's and response's fields, both sides, credentials masked (forward/headerlog.py).
+    log_headers: bool = setting(
+        default=False,
+        type=BOOL,
+        group="Logging",
+        metavar="",
+        help="log headers as received and sent, secrets masked",
+        doc="log the header fields of each request and response as received and as sent, on "
+        "both sides, credentials and query values masked (see "
+        "[Observability](docs/observability.md#header-log))",
     )
     name: str = setting(
         default="",
@@ -689,6 +722,16 @@ class Config:
         read=optional_listen,
         shown_default="off",
     )
+
+    @cached_property
+    def upstream_proxy(self) -> ProxyURL | None:
+        """The proxy that upstream connections go through (None: directly). Raises
+        :class:`ConfigError` when ``-proxy env`` finds a proxy URL it cannot use."""
+        upstream = self.upstream
+        try:
+            return self.proxy.route(upstream.scheme, upstream.host, upstream.port)
+        except ValueError as exc:
+            raise ConfigError("proxy", str(exc)) from None
 
     @property
     def instance_name(self) -> str:

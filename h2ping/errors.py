@@ -44,6 +44,14 @@ class UpstreamError(Exception):
     REFUSED_STREAM): only those may be replayed. ``conn_id`` names the connection
     that failed when the request never got onto it (a failed connect), for logs.
     ``reset_code`` is the RST_STREAM error code when the upstream reset the stream.
+    ``suspect`` marks a retryable refusal that may be for the request itself (the
+    first stream a GOAWAY with an error code left unprocessed): it gets one more
+    try, not a series of them, each costing a connection. ``status`` is what the
+    client is answered: 502, or a 4xx when the proxy refuses the request itself
+    (a head over the upstream's header list limit: 431).
+    ``next_hop`` names the forward proxy (``host:port``) when the failure is the
+    proxy's, and ``received_status`` is the status it answered ``CONNECT`` with:
+    ``Proxy-Status`` carries both (RFC 9209 sections 2.1.2 and 2.1.4).
     """
 
     def __init__(
@@ -54,6 +62,10 @@ class UpstreamError(Exception):
         retryable: bool = False,
         conn_id: int = 0,
         reset_code: int | None = None,
+        suspect: bool = False,
+        status: int = 502,
+        next_hop: str | None = None,
+        received_status: int | None = None,
     ) -> None:
         super().__init__(f"{error}: {detail}")
         self.error = error
@@ -61,6 +73,10 @@ class UpstreamError(Exception):
         self.retryable = retryable
         self.conn_id = conn_id
         self.reset_code = reset_code
+        self.suspect = suspect
+        self.status = status
+        self.next_hop = next_hop
+        self.received_status = received_status
 
 
 # RFC 9209 section 2.3 error types used by h2ping.
@@ -74,6 +90,13 @@ CONNECTION_TERMINATED = "connection_terminated"
 TLS_PROTOCOL_ERROR = "tls_protocol_error"
 TLS_CERTIFICATE_ERROR = "tls_certificate_error"
 HTTP_PROTOCOL_ERROR = "http_protocol_error"
+#: The request cannot go to the next hop as it is (its head is over the
+#: upstream's header list limit).
+HTTP_REQUEST_ERROR = "http_request_error"
+#: The forward proxy refused to open the tunnel (403 and the like to CONNECT).
+HTTP_REQUEST_DENIED = "http_request_denied"
+#: h2ping's own settings do not suit the forward proxy (407: credentials wanted).
+PROXY_CONFIGURATION_ERROR = "proxy_configuration_error"
 HTTP_RESPONSE_HEADER_SECTION_SIZE = "http_response_header_section_size"
 HTTP_RESPONSE_TRAILER_SECTION_SIZE = "http_response_trailer_section_size"
 PROXY_INTERNAL_ERROR = "proxy_internal_error"

@@ -21,6 +21,8 @@ from .config import Config
 #: The logger for start and stop lines (listening, draining, the summary): they are
 #: written at every -log-level, so that any log shows the proxy ran and how it ended.
 LIFECYCLE = "h2ping.lifecycle"
+#: -log-headers' lines (h2ping.forward.headerlog), written at every -log-level too.
+HEADERS = "h2ping.headers"
 
 # Ids start at 1; "conn=0" is how a request that reached no connection is logged.
 _CONN = re.compile(r"\bconn=([1-9][0-9]*)\b")
@@ -83,3 +85,4 @@ def setup_logging(config: Config) -> None:
     root.setLevel(config.log_level.upper())
     root.propagate = False
     logging.getLogger(LIFECYCLE).setLevel(logging.INFO)
+    logging.getLogger(HEADERS).setLevel(logging.INFO)  # -log-headers asked for them

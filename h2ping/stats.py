@@ -85,7 +85,7 @@ class Stats:
     failed: int = 0  # answered with a 502
     aborted: int = 0  # client connection cut after response headers
     cancelled: int = 0  # the client went away first
-    rejected: int = 0  # malformed HTTP/1.1, answered by the listener itself
+    rejected: int = 0  # malformed HTTP/1.1, or a head over the upstream's limit: answered here
     cut_at_shutdown: int = 0  # still unfinished when the shutdown grace ran out
     replays: int = 0  # refused streams sent again
     replays_refused_for_size: int = 0  # refused, but the body had not been kept: 502
@@ -197,8 +197,8 @@ class Stats:
     def tls_resumed(self) -> None:
         self.tls_resumptions += 1
 
-    def window_pinged(self) -> None:
-        self.window_pings += 1
+    def window_pinged(self, count: int = 1) -> None:
+        self.window_pings += count
 
     def window_raised(self) -> None:
         self.window_raises += 1

@@ -136,7 +136,11 @@ class RecordingSink:
         self.ended = False
         self.error: UpstreamError | None = None
         self.send_ready = 0
+        self.informational: list[list[Header]] = []
         self.on_error_hook: Any = None  # called with the error, to act from inside the callback
+
+    def on_informational(self, headers: list[Header]) -> None:
+        self.informational.append(headers)
 
     def on_response(self, headers: list[Header], end_stream: bool) -> None:
         self.headers = headers

@@ -37,10 +37,9 @@ INSTALL_HINT = "pip install -e '.[bench]'"
 # Peers without a proxy (as in peers/lineup.py): the floor every proxy adds to, not a peer
 # to compare a proxy with, so the charts leave them out.
 DIRECT = ("direct", "direct-h1")
-# Colour-blind-safe (Okabe-Ito), by how h2ping compares with Go (not by the goal,
-# which is a mark of its own): better, worse, not compared.
-COLOURS = {"better": "#009E73", "worse": "#D55E00", "n/a": "#999999"}
-LEGEND = {"better": "better than Go", "worse": "worse than Go"}
+# Colour-blind-safe (Okabe-Ito), by the goal: met, missed, not judged (n/a, hatched).
+COLOURS = {"met": "#009E73", "not met": "#D55E00", "n/a": "#999999"}
+LEGEND = {"met": "goal met", "not met": "goal missed"}
 # One marker per other peer, Go's own for the rows judged against h2ping's own figure.
 MARKERS = {"go": "s", "nghttpx": "D", "baseline": "^"}
 OTHER_MARKER = "o"
@@ -87,33 +86,19 @@ class ChartRow:
     not_run: bool = False  # its scenario was not part of the run
     higher_better: bool = True  # the goal asks for more (req/s), not less (latency)
 
-    def better(self, ratio: float | None) -> float | None:
-        """``ratio`` drawn so that further right (or up) is better on every row:
-        as it is where more is better, its inverse where less is."""
-        if ratio is None or ratio <= 0:
-            return None
-        return ratio if self.higher_better else 1 / ratio
-
     @property
-    def against_go(self) -> str:
-        """better, worse or n/a: h2ping's ratio against Go's, whatever the goal says.
-        For a row against h2ping's own figure, Go's same ratio is the one to beat."""
-        mine = self.better(self.ratio)
-        if mine is None or self.status == "n/a":
-            return "n/a"
-        theirs = self.go_drawn
-        if theirs is None:
-            return "n/a"
-        return "better" if mine >= theirs else "worse"
-
-    @property
-    def go_drawn(self) -> float | None:
-        """Where Go stands on the row's axis: 1x (even), or on a row against
-        h2ping's own figure, Go's same ratio (None when Go has none)."""
+    def start(self) -> float | None:
+        """Where the row's bar starts: Go, at 1x; on a row against h2ping's own
+        figure, Go's same ratio (None when Go has none: the bar starts at 1x)."""
         if not self.own:
             return 1.0
         go = next((p for p in self.others if p.name == "go" and p.base is not None), None)
-        return self.better(go.ratio) if go is not None else None
+        return go.ratio if go is not None else None
+
+    @property
+    def colour(self) -> str:
+        """The goal's verdict, which the bar's colour says (see COLOURS)."""
+        return self.status if self.status in COLOURS else "n/a"
 
 
 def chart_rows(rows: list[dict[str, Any]], scenarios: dict[str, Any]) -> list[ChartRow]:
@@ -288,13 +273,28 @@ def _log_ratio_axis(ax: Axes, values: Sequence[float | None], axis: str = "x") -
 
 
 def draw_run(rows: list[ChartRow], info: RunInfo, out: Path, png: bool = False) -> list[Path]:
-    """One run: per goal row a bar from Go to h2ping on a scale where right is better
-    on every row (a ratio where more is better, its inverse where less is; Go at 1x,
-    or on a row against h2ping's own figure at Go's same ratio), log scale, coloured
-    by better or worse than Go; the goal a black mark of its own; the other peers
-    as markers above the bar, clear of its label; beside it, the figures and the
-    verdict. Rows of scenarios the run left
-    out are left out too. Returns the files written: none when no row was run."""
+    """One run: per goal row a bar from Go (1x, or on a row against h2ping's own
+    figure Go's same ratio) to h2ping's ratio, the one its text gives, log scale,
+    coloured by the goal: met, missed, n/a (hatched); the goal a black mark, never
+    through the bar's label; the other peers as markers above the bar; beside it,
+    the figures and the verdict. Rows of scenarios the run left out are left out
+    too. Returns the files written: none when no row was run."""
+    drawn = run_figure(rows, info)
+    return [] if drawn is None else _save(drawn.figure, out, png)
+
+
+@dataclass
+class Drawn:
+    """A drawn run chart, for saving and for looking at: each bar label with its
+    row's goal and y."""
+
+    figure: Figure
+    axes: Axes
+    labels: list[tuple[Any, float | None, float]]
+
+
+def run_figure(rows: list[ChartRow], info: RunInfo, clear_goals: bool = True) -> Drawn | None:
+    """The figure :func:`draw_run` saves (None when no row was run)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.transforms import blended_transform_factory
@@ -302,7 +302,7 @@ def draw_run(rows: list[ChartRow], info: RunInfo, out: Path, png: bool = False) 
     not_run = sum(row.not_run for row in rows)
     rows = [row for row in rows if not row.not_run]
     if not rows:
-        return []
+        return None
     n = len(rows)
     fig = _figure(16.0, 1.6 + 0.62 * n)
     bars_ax = fig.subplots()
@@ -310,38 +310,36 @@ def draw_run(rows: list[ChartRow], info: RunInfo, out: Path, png: bool = False) 
     beside = blended_transform_factory(bars_ax.transAxes, bars_ax.transData)
     ys = list(range(n))
     values: list[float | None] = []
+    labels: list[tuple[Any, float | None, float]] = []  # each bar's label, its goal, its row
     for y, row in zip(ys, rows, strict=True):
-        drawn, goal = row.better(row.ratio), row.better(row.goal_ratio)
-        colour = COLOURS[row.against_go]
-        values += [drawn, goal, *(row.better(p.ratio) for p in row.others)]
-        if drawn is not None:
-            # From Go's place to h2ping's: its length is the ratio to Go on every row.
-            low, high = sorted((row.go_drawn or 1.0, drawn))
+        ratio, goal, start = row.ratio, row.goal_ratio, row.start or 1.0
+        colour = COLOURS[row.colour]
+        values += [ratio, goal, start, *(p.ratio for p in row.others)]
+        if ratio is not None and ratio > 0:
+            low, high = sorted((start, ratio))
+            hatched = row.colour == "n/a"
             bars_ax.barh(
                 y,
                 high - low,
                 left=low,
                 height=0.5,
                 color=colour,
-                hatch="//" if row.status == "n/a" else None,
-                edgecolor="white" if row.status == "n/a" else colour,
+                hatch="//" if hatched else None,
+                edgecolor="white" if hatched else colour,
                 linewidth=0,
             )
-            # The label past the bar's far end, and past the goal mark beyond it.
-            side = "left" if drawn >= (row.go_drawn or 1.0) else "right"
-            end = drawn
-            near = goal is not None and max(goal, end) / min(goal, end) < GOAL_NEAR
-            if near and goal is not None and (goal > end) == (side == "left"):
-                end = goal  # a label on the goal mark would hide it
-            bars_ax.annotate(
-                f"{drawn:.2f}x" + (" n/a" if row.status == "n/a" else ""),
-                (end, y),
-                xytext=(6 if side == "left" else -6, 0),
+            # The label past the bar's far end (the same ratio as the text beside it).
+            side = "left" if ratio >= start else "right"
+            label = bars_ax.annotate(
+                f"{ratio:.2f}x" + (" n/a" if row.status == "n/a" else ""),
+                (ratio, y),
+                xytext=(5 if side == "left" else -5, 0),
                 textcoords="offset points",
                 ha=side,
                 va="center",
                 fontsize=8,
             )
+            labels.append((label, goal, y))
         else:
             bars_ax.annotate(
                 "n/a",
@@ -355,10 +353,9 @@ def draw_run(rows: list[ChartRow], info: RunInfo, out: Path, png: bool = False) 
         if goal is not None:
             bars_ax.vlines(goal, y - 0.32, y + 0.32, color="black", linewidth=2.2)
         for peer in row.others:
-            shown = row.better(peer.ratio)
-            if peer.marked and shown is not None:
+            if peer.marked and peer.ratio is not None and peer.ratio > 0:
                 bars_ax.plot(
-                    shown,
+                    peer.ratio,
                     y - 0.36,  # above the bar: never on the bar's label
                     marker=MARKERS.get(peer.name, OTHER_MARKER),
                     markersize=4.5,
@@ -382,16 +379,18 @@ def draw_run(rows: list[ChartRow], info: RunInfo, out: Path, png: bool = False) 
     bars_ax.grid(axis="x", color="#dddddd", linewidth=0.6)
     bars_ax.set_axisbelow(True)
     bars_ax.set_xlabel(
-        "times better than Go, right is better (log scale): h2ping / Go where more is "
-        "better, Go / h2ping where less is\nbars start at Go; on * rows at Go's own ratio "
-        "(the square), h2ping's own figure against its own base"
+        "h2ping's figure over Go's (log scale; Go is 1x, the dotted line): the ratio the "
+        "text gives; which side is better, the goal says (>= or <=)\n* rows: h2ping's own "
+        "figure over its own base, the bar starting at Go's same ratio (the square)"
     )
 
     peers_seen = sorted(
         {p.name for row in rows for p in row.others if p.marked and p.ratio is not None}
     )
     handles: list[Artist] = [Patch(color=COLOURS[s], label=LEGEND[s]) for s in LEGEND]
-    handles.append(Patch(facecolor=COLOURS["n/a"], hatch="//", edgecolor="white", label="n/a"))
+    handles.append(
+        Patch(facecolor=COLOURS["n/a"], hatch="//", edgecolor="white", label="n/a: not judged")
+    )
     handles.append(Line2D([], [], color="black", linewidth=2.2, label="goal"))
     handles += [
         Line2D(
@@ -421,7 +420,34 @@ def draw_run(rows: list[ChartRow], info: RunInfo, out: Path, png: bool = False) 
         f"({n - judged} n/a{left_out})\n{_run_title(info)}",
         fontsize=11,
     )
-    return _save(fig, out, png)
+    if clear_goals:
+        _clear_of_goals(fig, bars_ax, labels)
+    return Drawn(fig, bars_ax, labels)
+
+
+def crossed_labels(drawn: Drawn) -> list[str]:
+    """The bar labels a goal mark runs through (or touches), once laid out."""
+    drawn.figure.draw_without_rendering()
+    return [label.get_text() for label, goal, y in drawn.labels if _crosses(drawn, label, goal, y)]
+
+
+def _crosses(drawn: Drawn, label: Any, goal: float | None, y: float) -> bool:
+    if goal is None:
+        return False
+    box = label.get_window_extent()
+    mark = drawn.axes.transData.transform((goal, y))[0]
+    return bool(box.x0 - 3 <= mark <= box.x1 + 3)
+
+
+def _clear_of_goals(fig: Figure, ax: Axes, labels: list[tuple[Any, float | None, float]]) -> None:
+    """Move each bar label that its goal mark would cross to the far side of the
+    mark (the same side of the bar and offset, from the mark). Measured once the
+    layout is done, in the figure's own units."""
+    drawn = Drawn(fig, ax, labels)
+    fig.draw_without_rendering()
+    for label, goal, y in labels:
+        if goal is not None and _crosses(drawn, label, goal, y):
+            label.xy = (goal, y)
 
 
 def _run_title(info: RunInfo) -> str:
@@ -461,9 +487,14 @@ def history_rows(runs: list[recorded.RecordedRun]) -> list[HistoryRow]:
 
 
 def draw_history(runs: list[recorded.RecordedRun], out: Path, png: bool = False) -> list[Path]:
-    """One small chart per goal row: how much better than Go h2ping was in each run
-    (x: the runs, oldest first; up is better, as in the run chart), coloured by
-    better or worse than Go, and the goal as a dashed line."""
+    """One small chart per goal row: h2ping's ratio in each run that measured the
+    row (x: those runs, oldest first), coloured by the goal (met, missed, hollow
+    for n/a), the goal as a dashed line that no figure's label sits on."""
+    return _save(history_figure(runs), out, png)
+
+
+def history_figure(runs: list[recorded.RecordedRun]) -> Figure:
+    """The figure :func:`draw_history` saves."""
     from matplotlib.lines import Line2D
 
     rows = history_rows(runs)
@@ -471,57 +502,56 @@ def draw_history(runs: list[recorded.RecordedRun], out: Path, png: bool = False)
     lines = math.ceil(len(rows) / columns)
     fig = _figure(4.6 * columns, 0.8 + 2.75 * lines)
     axes = fig.subplots(lines, columns, squeeze=False)
-    xs = list(range(len(runs)))
     labels = [
         (run.when.strftime("%m-%d\n%H:%M") if run.when else "?") + f"\n{run.commit or '?'}"
         for run in runs
     ]
     for ax, row in zip(axes.flat, rows, strict=False):
-        present = [(x, p) for x, p in zip(xs, row.points, strict=True) if p is not None]
-        goal_points = [
-            (x, goal) for x, p in present if (goal := p.better(p.goal_ratio)) is not None
-        ]
+        # Only the runs that measured the row: no empty column.
+        present = [(i, p) for i, p in enumerate(row.points) if p is not None]
+        xs = list(range(len(present)))
+        goals_at = [p.goal_ratio for _, p in present]
+        goal_points = [(x, g) for x, g in zip(xs, goals_at, strict=True) if g is not None]
         if goal_points:
             gx, gy = zip(*goal_points, strict=True)
             ax.plot(gx, gy, color="black", linestyle="--", linewidth=1.2, marker="_")
         ax.axhline(1.0, color="#555555", linewidth=0.8, linestyle=":")
-        if present:
-            px = [x for x, _ in present]
-            py = [p.better(p.ratio) for _, p in present]
-            ax.plot(px, py, color="#444444", linewidth=1.2)
-            for x, p in present:
-                drawn = p.better(p.ratio)
-                assert drawn is not None
-                judged = p.against_go != "n/a"
-                ax.plot(
-                    x,
-                    drawn,
-                    marker="o",
-                    markersize=7,
-                    markerfacecolor=COLOURS[p.against_go] if judged else "white",
-                    markeredgecolor=COLOURS[p.against_go],
-                    markeredgewidth=1.5,
-                    linestyle="none",
-                )
-                ax.annotate(
-                    f"{drawn:.2f}",
-                    (x, drawn),
-                    xytext=(0, 7),
-                    textcoords="offset points",
-                    ha="center",
-                    fontsize=7.5,
-                )
+        ratios = [p.ratio for _, p in present]
+        ax.plot(xs, ratios, color="#444444", linewidth=1.2)
+        for x, (_, p), goal in zip(xs, present, goals_at, strict=True):
+            assert p.ratio is not None  # history_rows keeps only rows with a ratio
+            judged = p.colour != "n/a"
+            ax.plot(
+                x,
+                p.ratio,
+                marker="o",
+                markersize=7,
+                markerfacecolor=COLOURS[p.colour] if judged else "white",
+                markeredgecolor=COLOURS[p.colour],
+                markeredgewidth=1.5,
+                linestyle="none",
+            )
+            # On the side away from the goal line, so the line never runs through it.
+            above = goal is None or p.ratio >= goal
+            ax.annotate(
+                f"{p.ratio:.2f}",
+                (x, p.ratio),
+                xytext=(0, 7 if above else -7),
+                textcoords="offset points",
+                ha="center",
+                va="bottom" if above else "top",
+                fontsize=7.5,
+            )
         missing = len(runs) - len(present)
+        better = "higher" if present and present[0][1].higher_better else "lower"
         ax.set_title(
-            f"{row.name}\ngoal {row.goal_text}"
+            f"{row.name}\ngoal {row.goal_text} ({better} is better)"
             + (f"; in {len(present)} of {len(runs)} runs" if missing else ""),
             fontsize=8.5,
         )
-        _log_ratio_axis(
-            ax, [p.better(p.ratio) for _, p in present] + [g for _, g in goal_points], "y"
-        )
-        ax.set_xlim(-0.5, len(runs) - 0.5)
-        ax.set_xticks(xs, labels, fontsize=7)
+        _log_ratio_axis(ax, [*ratios, *(g for _, g in goal_points)], "y")
+        ax.set_xlim(-0.5, max(len(present), 2) - 0.5)
+        ax.set_xticks(xs, [labels[i] for i, _ in present], fontsize=7)
         ax.grid(axis="y", color="#dddddd", linewidth=0.6)
         ax.set_axisbelow(True)
     for ax in list(axes.flat)[len(rows) :]:
@@ -538,17 +568,17 @@ def draw_history(runs: list[recorded.RecordedRun], out: Path, png: bool = False)
             markerfacecolor="white",
             markeredgecolor=COLOURS["n/a"],
             linestyle="none",
-            label="n/a (not compared with Go)",
+            label="n/a: not judged",
         )
     )
     handles.append(Line2D([], [], color="black", linestyle="--", label="goal"))
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), frameon=False)
     fig.suptitle(
-        "times better than Go per goal row, up is better (* rows: h2ping's own ratio "
-        "against Go's) across the recorded runs, against today's goals; log scale",
+        "h2ping's figure over Go's per goal row (* rows: over its own base figure) in each "
+        "recorded run that measured it, against today's goals; log scale",
         fontsize=11,
     )
-    return _save(fig, out, png)
+    return fig
 
 
 # --- the command -------------------------------------------------------------------

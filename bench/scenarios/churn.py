@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,6 +96,8 @@ def proxy_argv(peer: str, port: int, upstream: str, ca: Path) -> tuple[list[str]
 H2LOAD_LINE = re.compile(r"requests: (\d+) total, .*? (\d+) succeeded, (\d+) failed, (\d+) errored")
 STATUS_LINE = re.compile(r"status codes: (\d+) 2xx")
 STOPPED = re.compile(r"stopped: .*?failed=(\d+) aborted=(\d+)")
+#: A connection h2ping ended for a protocol error of the upstream's.
+PROTOCOL_ERROR = "HTTP/2 protocol error from upstream"
 
 
 def h2load(port: int, body: Path, requests: int) -> dict[str, int]:
@@ -127,9 +130,13 @@ def run_peer(
         "not_2xx": sum(r["requests"] - r["ok_2xx"] for r in per_run),
         "not_2xx_per_run": [r["requests"] - r["ok_2xx"] for r in per_run],
     }
-    stopped = STOPPED.search(proc.log_path.read_text(errors="replace"))
+    text = proc.log_path.read_text(errors="replace")
+    stopped = STOPPED.search(text)
     if stopped is not None:
         result["h2ping_failed"], result["h2ping_aborted"] = map(int, stopped.groups())
+        errors = [line for line in text.splitlines() if PROTOCOL_ERROR in line]
+        result["protocol_errors"] = len(errors)
+        result["protocol_error_lines"] = errors[:20]
     return result
 
 
@@ -139,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--out", type=Path, default=BENCH_DIR / "results" / "churn.json")
+    parser.add_argument(
+        "--keep-tmp", action="store_true", help="keep the temp dir (configs, every log)"
+    )
     args = parser.parse_args(argv)
     peers = args.peers.split(",")
     for tool in ("nginx", "h2load", "taskset"):
@@ -149,8 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         print("missing nginx's echo module: apt-get install -y libnginx-mod-http-echo")
         return 2
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="h2ping-churn-") as name:
-        tmp = Path(name)
+    name = tempfile.mkdtemp(prefix="h2ping-churn-")
+    tmp = Path(name)
+    if args.keep_tmp:
+        print(f"logs and configs kept in {tmp}", flush=True)
+    try:
         write_certs(tmp)
         procs = Procs(tmp)
         try:
@@ -178,16 +191,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(peer, results[peer], flush=True)
         finally:
             procs.close()
+    finally:
+        if not args.keep_tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
     write_results(
         {"scenario": "churn", "args": vars(args) | {"out": str(args.out)}, "peers": results},
         args.out,
     )
     print(
         f"\n{'peer':<16} {'runs':>4} {'requests':>9} {'not 2xx':>8} {'h2ping failed/aborted':>22}"
+        f" {'protocol errors':>16}"
     )
     for peer, r in results.items():
         own = f"{r['h2ping_failed']}/{r['h2ping_aborted']}" if "h2ping_failed" in r else "-"
-        print(f"{peer:<16} {r['runs']:>4} {r['requests']:>9} {r['not_2xx']:>8} {own:>22}")
+        errors = str(r.get("protocol_errors", "-"))
+        print(
+            f"{peer:<16} {r['runs']:>4} {r['requests']:>9} {r['not_2xx']:>8} {own:>22} {errors:>16}"
+        )
     return 0
 
 

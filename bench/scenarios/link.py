@@ -1,6 +1,6 @@
 """The link scenario: h2ping and the Go binary across a long link, side by side.
 
-    python bench/link.py [--rtts 30,80] [--rounds 3] [--peers go,h2ping]
+    python bench/link.py [--rtts 30,80] [--rounds 3] [--peers go,h2ping] [--proxy]
 
 Between each proxy and nginx sits ``h2ping.testing.DelayLink`` (a process of its
 own): every byte half a round trip late each way, so TLS, HTTP/2's SETTINGS and
@@ -14,6 +14,13 @@ connection per request. Per RTT and peer, in turn, ``--rounds`` times, medians:
 - 512 KiB POST: the median of 5 (to /upload);
 - 16 MiB download and upload: MB/s (10^6 bytes), the median of 3;
 - across rotation: 150 GET /tiny over 12 s with ``-max-conn-age 8s``, the slowest.
+
+With ``--proxy``, h2ping's connections go through squid (``-proxy``), started by
+the bench on loopback in front of the link, as a cluster's egress proxy sits in
+front of the internet: every row then includes a CONNECT and squid's relaying.
+The Go binary cannot use a proxy (it ignores HTTPS_PROXY) and goes directly; the
+peer ``h2ping-direct`` runs h2ping without the proxy in the same run, so that
+what the proxy costs is its own column (``--peers go,h2ping,h2ping-direct``).
 
 Results as JSON in bench/results/link-TIME.json.
 """
@@ -44,6 +51,7 @@ from common.procs import (
     wait_port,
     write_results,
 )
+from common.squid import Squid
 from load.origin import BIG_SIZE, start_origin
 from peers import gopeer
 
@@ -65,6 +73,7 @@ def main() -> None:
     results: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": [sys.executable, *sys.argv],
+        "proxy": "squid" if args.proxy else None,
         "rtts": {},
     }
     with tempfile.TemporaryDirectory(prefix="h2ping-link-") as tmp_name:
@@ -80,13 +89,19 @@ def main() -> None:
                 )
                 wait_port(link_port, link)
                 upstream = f"https://localhost:{link_port}"
+                squid = Squid(procs, [link_port]) if args.proxy else None
+                via = squid.url if squid is not None else None
                 rounds: dict[str, list[dict[str, float]]] = {peer: [] for peer in args.peers}
                 for _ in range(args.rounds):
                     for peer in args.peers:
-                        rounds[peer].append(run_peer(procs, peer, upstream, str(origin.ca_path)))
+                        ca = str(origin.ca_path)
+                        rounds[peer].append(run_peer(procs, peer, upstream, ca, via))
                 medians = {peer: _medians(runs) for peer, runs in rounds.items()}
                 results["rtts"][str(rtt)] = {"rounds": rounds, "medians": medians}
-                print_table(rtt, medians)
+                if squid is not None:
+                    results["rtts"][str(rtt)]["proxy_tunnels"] = squid.tunnels()
+                    squid.stop()
+                print_table(rtt, medians, via is not None)
                 procs.stop(link)
         finally:
             procs.close()
@@ -98,22 +113,30 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rtts", default="30,80", help="round trips in ms, comma-separated")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--peers", default="go,h2ping")
+    parser.add_argument("--peers", default="go,h2ping", help="go, h2ping, h2ping-direct")
+    parser.add_argument(
+        "--proxy",
+        action="store_true",
+        help="h2ping through squid (-proxy), started in front of the link; Go goes directly",
+    )
     args = parser.parse_args()
     args.rtts = [int(rtt) for rtt in args.rtts.split(",")]
     args.peers = args.peers.split(",")
     return args
 
 
-def run_peer(procs: Procs, name: str, upstream: str, ca: str) -> dict[str, float]:
-    """Every row but rotation on one start of the peer, then rotation on another."""
+def run_peer(
+    procs: Procs, name: str, upstream: str, ca: str, via: str | None = None
+) -> dict[str, float]:
+    """Every row but rotation on one start of the peer, then rotation on another;
+    ``via``: the forward proxy h2ping goes through (``h2ping-direct`` and Go do not)."""
     figures: dict[str, float] = {}
-    proxy, port, stop = start_proxy(procs, name, upstream, ca, rotate=False)
+    proxy, port, stop = start_proxy(procs, name, upstream, ca, rotate=False, via=via)
     try:
         figures.update(run_on_uvloop(_rows(port)))
     finally:
         procs.stop(proxy, stop, 30)
-    proxy, port, stop = start_proxy(procs, name, upstream, ca, rotate=True)
+    proxy, port, stop = start_proxy(procs, name, upstream, ca, rotate=True, via=via)
     try:
         figures["rotation_slowest_ms"] = run_on_uvloop(_rotation(port))
     finally:
@@ -122,12 +145,14 @@ def run_peer(procs: Procs, name: str, upstream: str, ca: str) -> dict[str, float
 
 
 def start_proxy(
-    procs: Procs, name: str, upstream: str, ca: str, *, rotate: bool
+    procs: Procs, name: str, upstream: str, ca: str, *, rotate: bool, via: str | None = None
 ) -> tuple[Any, int, int]:
     port = free_port()
-    if name == "h2ping":
+    if name in ("h2ping", "h2ping-direct"):
         argv = [sys.executable, "-m", "h2ping", "-listen", f"127.0.0.1:{port}"]
         argv += ["-upstream", upstream, "-ca-file", ca]
+        if via is not None and name == "h2ping":
+            argv += ["-proxy", via]
         env, stop = None, signal.SIGINT
     else:
         binary = gopeer.sidecar_binary()
@@ -204,16 +229,17 @@ def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
     return {row: statistics.median(run[row] for run in runs) for row in ROWS}
 
 
-def print_table(rtt: int, medians: dict[str, dict[str, float]]) -> None:
+def print_table(rtt: int, medians: dict[str, dict[str, float]], proxied: bool = False) -> None:
     peers = list(medians)
-    print(f"\nRTT {rtt} ms (medians)", flush=True)
-    print(f"  {'row':<22}" + "".join(f"{peer:>12}" for peer in peers) + "   h2ping/go")
+    through = " (h2ping through squid, go directly)" if proxied else ""
+    print(f"\nRTT {rtt} ms (medians){through}", flush=True)
+    print(f"  {'row':<22}" + "".join(f"{peer:>15}" for peer in peers) + "   h2ping/go")
     for row in ROWS:
         values = [medians[peer][row] for peer in peers]
         ratio = ""
         if "go" in medians and "h2ping" in medians and medians["go"][row]:
             ratio = f"{medians['h2ping'][row] / medians['go'][row]:>10.2f}x"
-        print(f"  {row:<22}" + "".join(f"{v:>12.1f}" for v in values) + ratio, flush=True)
+        print(f"  {row:<22}" + "".join(f"{v:>15.1f}" for v in values) + ratio, flush=True)
     print(json.dumps({"rtt_ms": rtt, "medians": medians}), flush=True)
 
 

@@ -75,11 +75,9 @@ def main(args: Sequence[str], prog: str) -> int:
 
 
 def check_ssl_context(config: Config) -> ssl.SSLContext:
-    """The proxy's TLS settings, offering http/1.1 after h2 only to learn what a
-    server that refuses h2 speaks instead (h2ping itself offers h2 alone)."""
-    context = make_ssl_context(config)
-    context.set_alpn_protocols(["h2", "http/1.1"])
-    return context
+    """The proxy's TLS settings, ALPN ``h2`` alone included: the check dials as the
+    proxy dials, and words a failure as the proxy's 502 does."""
+    return make_ssl_context(config)
 
 
 # ------------------------------------------------------------------------- text
@@ -97,6 +95,7 @@ def _line(label: str, value: str) -> str:
 def text_lines(findings: Findings, config: Config, check: CheckSettings) -> list[str]:
     """The report as plain lines, the verdict last."""
     lines = [_line("upstream", config.upstream.display)]
+    lines += _hop_lines(findings)
     lines += _connection_lines(findings)
     lines += _settings_lines(findings)
     if findings.pings_sent:
@@ -116,6 +115,19 @@ def text_lines(findings: Findings, config: Config, check: CheckSettings) -> list
     return lines
 
 
+def _hop_lines(findings: Findings) -> list[str]:
+    """The way through the forward proxy, before what was found beyond it."""
+    hop = findings.hop
+    if hop is None:
+        return []
+    text = hop.proxy
+    if hop.tcp_time is not None:
+        text += f": TCP {_ms(hop.tcp_time)} ms"
+        if hop.status is not None and hop.connect_time is not None:
+            text += f", CONNECT {findings.address}: {hop.said} in {_ms(hop.connect_time)} ms"
+    return [_line("proxy", text)]
+
+
 def _connection_lines(findings: Findings) -> list[str]:
     steps = [
         (name, took)
@@ -129,7 +141,8 @@ def _connection_lines(findings: Findings) -> list[str]:
     lines = []
     if steps:
         took = ", ".join(f"{name} {_ms(seconds)} ms" for name, seconds in steps)
-        lines.append(_line("connected", f"{findings.address}: {took}"))
+        through = " through the tunnel" if findings.hop is not None else ""
+        lines.append(_line("connected", f"{findings.address}{through}: {took}"))
     tls = findings.tls
     if tls is not None:
         resumes = {True: ", resumes sessions", False: ", does not resume sessions", None: ""}
@@ -178,6 +191,8 @@ def verdict(findings: Findings) -> str:
     if findings.problem is not None:
         return f"NOT usable: {findings.problem}"
     how = "over TLS (ALPN h2)" if findings.tls_used else "as h2c"
+    if findings.hop is not None:
+        how += f" through proxy {findings.hop.proxy}"
     text = f"usable: speaks HTTP/2 {how}, answered {len(findings.ping_rtts)} of "
     text += f"{findings.pings_sent} PINGs"
     if findings.goaway is not None and findings.goaway.punishes_pings:
@@ -204,6 +219,14 @@ def report(findings: Findings, config: Config, check: CheckSettings) -> dict[str
         "usable": findings.usable,
         "verdict": verdict(findings),
         "problem": findings.problem,
+        "proxy": None
+        if findings.hop is None
+        else {
+            "address": findings.hop.proxy,
+            "tcp_ms": _json_ms(findings.hop.tcp_time),
+            "connect_status": findings.hop.status,
+            "connect_ms": _json_ms(findings.hop.connect_time),
+        },
         "connect_ms": {
             "tcp": _json_ms(findings.tcp_time),
             "tls": _json_ms(findings.tls_time),

@@ -25,7 +25,7 @@ from ..config import Config
 from ..errors import UpstreamError
 from ..fields import Header
 from ..http2.dial import DialSteps, dial
-from ..http2.engine import Goaway
+from ..http2.engine import TEXT_ANSWER, Goaway, not_http2
 from ..http2.peerevents import PeerEventHandler, PeerEventsHost
 from ..http2.pingbackoff import punishes_pings
 from ..http2.streams import SlotLost, UpstreamStream
@@ -56,9 +56,23 @@ def _code_name(code: int) -> str:
         return f"0x{code:x}"
 
 
+#: How Python writes the bytes that are no printable ASCII in a string literal.
+_ESCAPES = {
+    ord("\\"): "\\\\",
+    ord('"'): '\\"',
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+
+
 def printable(data: bytes, limit: int = 80) -> str:
-    """Peer-chosen bytes for one line of output: printable ASCII only."""
-    return "".join(chr(b) if 32 <= b < 127 else "?" for b in data[:limit])
+    """Peer-chosen bytes (the first ``limit``) for one line of output, inside double
+    quotes: printable ASCII as it is, the rest escaped as Python escapes them
+    (``\\n``, ``\\x00``), so nothing is lost and nothing breaks the line."""
+    return "".join(
+        _ESCAPES.get(b) or (chr(b) if 32 <= b < 127 else f"\\x{b:02x}") for b in data[:limit]
+    )
 
 
 def _reported(goaway: Goaway) -> GoAway:
@@ -66,26 +80,6 @@ def _reported(goaway: Goaway) -> GoAway:
     return GoAway(
         goaway.last_stream_id, _code_name(code), printable(debug), punishes_pings(code, debug)
     )
-
-
-#: The bytes of an HTTP/2 frame header (RFC 9113, section 4.1).
-FRAME_HEADER = 9
-
-
-def _not_http2(first: bytes) -> str | None:
-    """What the first bytes of an answer say when they are no HTTP/2 frames. Only the
-    first read is looked at: a peer's first answer comes in one segment."""
-    if first.startswith(b"HTTP/"):
-        return "answered in HTTP/1.x, not HTTP/2"
-    if first[:1] in (b"\x15", b"\x16") and first[1:2] == b"\x03":  # a TLS alert or handshake
-        return "answered with TLS: use an https:// upstream"
-    head = first[:FRAME_HEADER]
-    if len(head) == FRAME_HEADER and all(32 <= b < 127 or b in b"\t\r\n" for b in head):
-        # A frame header is binary: its length's first byte is 0 for any frame
-        # under 64 KiB. Text is an HTTP/1.x server's answer without a status line
-        # (an HTTP/0.9-style error page), or a banner.
-        return f'answered with text ("{printable(first, 20)}"), not HTTP/2: it speaks HTTP/1.x'
-    return None
 
 
 def _quiet(config: Config) -> Config:
@@ -227,7 +221,9 @@ class ProbeConnection:
     def _broken(self) -> str | None:
         """How the peer broke HTTP/2, if it did: it speaks none, or broke a rule."""
         heard = self.connection.heard
-        if heard.opening and (wrong := _not_http2(heard.opening)) is not None:
+        if heard.opening and (wrong := not_http2(heard.opening)) is not None:
+            if wrong == TEXT_ANSWER:  # the proxy's words, then how the text began
+                wrong += f' (it began "{printable(heard.opening, 20)}")'
             return f"{self.address} {wrong}"
         if heard.fault is not None:
             return f"HTTP/2 protocol error from {self.address}: {heard.fault}"
@@ -249,6 +245,9 @@ class ProbeConnection:
         return reason
 
     def _setup_failure(self, error: UpstreamError) -> str:
+        tls = self.steps.ssl_object
+        if tls is not None and tls.selected_alpn_protocol() != "h2":
+            return error.detail  # no HTTP/2: what the server did next on it is no matter
         if (broken := self._broken()) is not None:
             return broken
         if self.settings is None and self.goaway is not None:
@@ -314,6 +313,9 @@ class _ResponseHead:
         self.received: asyncio.Future[tuple[list[Header], float]] = (
             asyncio.get_running_loop().create_future()
         )
+
+    def on_informational(self, headers: list[Header]) -> None:
+        pass  # the final response head is the one timed
 
     def on_response(self, headers: list[Header], end_stream: bool) -> None:
         if not self.received.done():

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from h2.settings import SettingCodes
 
 from .._version import __version__
-from ..config import CheckSettings, Config, Upstream
+from ..config import CheckSettings, Config
+from ..errors import UpstreamError
 from ..forward.headers import request_headers
-from ..http2.dial import DialSteps
+from ..http2.dial import DialSteps, reach
 from ..http2.tlslayer import TLSLayer
 from .connection import GoAway, ProbeConnection, ProbeFailed, printable
 
@@ -58,11 +59,23 @@ class Response:
 
 
 @dataclass
+class HopFacts:
+    """The way through the forward proxy: where it is, and how it answered CONNECT."""
+
+    proxy: str  # host:port
+    tcp_time: float | None = None  # to the proxy's TCP connection
+    status: int | None = None  # its answer to CONNECT
+    said: str = ""  # that answer's status and reason
+    connect_time: float | None = None  # from the TCP connection to the answer
+
+
+@dataclass
 class Findings:
     """What the check learnt, step by step; ``problem`` is why h2ping cannot use it."""
 
     address: str  # host:port
     tls_used: bool
+    hop: HopFacts | None = None  # through a forward proxy
     tcp_time: float | None = None
     tls_time: float | None = None
     settings_time: float | None = None
@@ -120,7 +133,7 @@ async def _connect(
     except ProbeFailed as exc:
         _note_steps(conn.steps, ssl_context, findings)
         hung_up = not upstream.tls and conn.heard_nothing and conn.lost_by_peer
-        if hung_up and await _speaks_tls(upstream):
+        if hung_up and await _speaks_tls(config):
             raise ProbeFailed(f"{exc}: it speaks TLS, use an https:// upstream") from None
         raise
     _note_steps(conn.steps, ssl_context, findings)
@@ -131,11 +144,20 @@ async def _connect(
 
 
 def _note_steps(steps: DialSteps, ssl_context: ssl.SSLContext | None, findings: Findings) -> None:
-    """The times of the dial's steps, and what the TLS handshake agreed; raises when
-    it agreed on no HTTP/2 (what was learnt is reported first)."""
+    """The times of the dial's steps, the forward proxy's hop, and what the TLS
+    handshake agreed (also when the dial failed after it: no HTTP/2, which the
+    dial's error says)."""
+    hop = steps.hop
+    if hop is not None:
+        findings.hop = facts = HopFacts(hop.proxy.address, status=hop.status, said=hop.said)
+        if hop.tcp is not None:
+            facts.tcp_time = hop.tcp - hop.started
+            if hop.answered is not None:
+                facts.connect_time = hop.answered - hop.tcp
     if steps.tcp is None:
         return
-    findings.tcp_time = steps.tcp - steps.started
+    if hop is None:  # through a proxy, the TCP connection to the upstream is the proxy's
+        findings.tcp_time = steps.tcp - steps.started
     if steps.tls is not None:
         findings.tls_time = steps.tls - steps.tcp
     if steps.settings is not None:
@@ -143,11 +165,6 @@ def _note_steps(steps: DialSteps, ssl_context: ssl.SSLContext | None, findings: 
     if steps.ssl_object is None or ssl_context is None:
         return
     findings.tls = _tls_facts(steps.ssl_object, ssl_context)
-    if findings.tls.alpn != "h2":
-        raise ProbeFailed(
-            f"{findings.address} did not negotiate HTTP/2 with ALPN"
-            f" (got {findings.tls.alpn or 'none'}): h2ping needs h2"
-        )
 
 
 class _Unused(asyncio.BufferedProtocol):
@@ -165,40 +182,39 @@ async def _resumes(config: Config, context: ssl.SSLContext, session: ssl.SSLSess
     and all): h2ping's next connections then take one round trip less."""
     if session is None or not session.has_ticket:
         return False
+    layer = await _handshake(config, context, config.connect_timeout, session)
+    return layer is not None and layer.ssl_object.session_reused
+
+
+async def _handshake(
+    config: Config, context: ssl.SSLContext, timeout: float, session: ssl.SSLSession | None = None
+) -> TLSLayer | None:
+    """One TLS handshake with the upstream, the way h2ping connects (through the
+    forward proxy if there is one), then the connection closed; None if it failed."""
     upstream = config.upstream
     layer = TLSLayer(_Unused(), context, upstream.host, session)
-    loop = asyncio.get_running_loop()
     transport: asyncio.Transport | None = None
     try:
-        async with asyncio.timeout(config.connect_timeout):
-            transport, _ = await loop.create_connection(lambda: layer, upstream.host, upstream.port)
+        async with asyncio.timeout(timeout):
+            transport = await reach(
+                layer, upstream.host, upstream.port, config.upstream_proxy, DialSteps()
+            )
             await layer.handshake
-    except (OSError, TimeoutError):
-        return False
+    except (OSError, TimeoutError, UpstreamError):
+        return None
     finally:
         if transport is not None:
             transport.abort()
-    return layer.ssl_object.session_reused
+    return layer
 
 
-async def _speaks_tls(upstream: Upstream) -> bool:
-    """Whether ``upstream``'s port completes a TLS handshake (certificate unchecked:
+async def _speaks_tls(config: Config) -> bool:
+    """Whether the upstream's port completes a TLS handshake (certificate unchecked:
     only the protocol is asked): a server that hung up on h2c without a word may."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
-    try:
-        async with asyncio.timeout(TLS_HINT_TIMEOUT):
-            _, writer = await asyncio.open_connection(
-                upstream.host, upstream.port, ssl=context, server_hostname=upstream.host
-            )
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError, TimeoutError):
-        async with asyncio.timeout(TLS_HINT_TIMEOUT):
-            await writer.wait_closed()
-    return True
+    return await _handshake(config, context, TLS_HINT_TIMEOUT) is not None
 
 
 def _tls_facts(tls: ssl.SSLObject, context: ssl.SSLContext) -> TLSFacts:

@@ -12,8 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from ..fields import Header
 from ..http1.messages import Request, ResponseWriter
 from ..stats import Stats
+from .headerlog import HeaderLog
 
 #: One finished request, as the access log takes it: (wall time, method, target,
 #: status sent (0: none), request body bytes, response body bytes, duration, time
@@ -28,11 +30,13 @@ class RequestLog(Protocol):
 
 
 class Accounting:
-    """Counts one request in the proxy's stats and writes its access-log entry."""
+    """Counts one request in the proxy's stats and writes its access-log entry, and
+    with ``-log-headers`` its header lines."""
 
     __slots__ = (
         "_access_log",
         "_clock",
+        "_header_log",
         "_headers_after",
         "_received_at",
         "_request",
@@ -40,6 +44,7 @@ class Accounting:
         "_stats",
         "_status",
         "_wall",
+        "_where",
         "_writer",
     )
 
@@ -49,6 +54,7 @@ class Accounting:
         access_log: RequestLog | None,
         request: Request,
         writer: ResponseWriter,
+        header_log: HeaderLog | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -62,13 +68,25 @@ class Accounting:
         self._sent_at = 0.0  # the latest attempt left for the upstream
         self._headers_after: float | None = None  # its response headers came this much later
         self._status = 0  # of the upstream's response, once it arrived
+        self._header_log = header_log
+        self._where = ""  # with -log-headers: the request and its latest attempt's stream
 
-    def sent(self) -> None:
-        """An attempt left for the upstream: time to headers counts from now."""
+    def sent(self, fields: list[Header], conn_id: int, stream_id: int) -> None:
+        """An attempt left for the upstream, with ``fields`` on stream ``stream_id``
+        of connection ``conn_id``: time to headers counts from now."""
+        if self._header_log is not None:
+            first = not self._where
+            self._where = f"{self._request.describe()} conn={conn_id} stream={stream_id}"
+            if first:
+                self._header_log.client_request(self._where, self._request)
+            self._header_log.upstream_request(self._where, fields)
         self._sent_at = self._clock()
 
-    def response_head(self, status: int) -> None:
-        """The upstream's response headers came and go to the client."""
+    def response_head(self, status: int, headers: list[Header]) -> None:
+        """The upstream's response headers (``headers``, as received) came and go to
+        the client."""
+        if self._header_log is not None:
+            self._header_log.upstream_response(self._where, headers)
         self._status = status
         self._headers_after = after = self._clock() - self._sent_at
         self._stats.response_headers_after(after)
@@ -99,6 +117,8 @@ class Accounting:
         received, ``conn_id`` and ``stream_id`` where its last attempt went."""
         duration = self._clock() - self._received_at
         self._stats.request_ended(outcome, duration)
+        if self._header_log is not None:
+            self._log_client_response(conn_id, stream_id)
         access_log = self._access_log
         if access_log is not None:
             request, writer = self._request, self._writer
@@ -109,3 +129,15 @@ class Accounting:
                  writer.body_bytes, duration, self._headers_after, conn_id, stream_id,
                  replays, outcome)
             )  # fmt: skip
+
+    def _log_client_response(self, conn_id: int, stream_id: int) -> None:
+        """The response the client got, as sent (the proxy's own error response
+        too); the request first, if it never left for the upstream."""
+        header_log, request = self._header_log, self._request
+        assert header_log is not None
+        if not self._where:
+            self._where = request.describe() + (f" conn={conn_id}" if conn_id else "")
+            header_log.client_request(self._where, request)
+        head = self._writer.head
+        if head is not None:
+            header_log.client_response(self._where, *head)

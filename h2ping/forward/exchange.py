@@ -20,35 +20,28 @@ from .. import errors
 from ..config import Upstream
 from ..errors import UpstreamError
 from ..fields import Header
-from ..http1.messages import Request, ResponseWriter
+from ..http1.messages import MAX_INFORMATIONAL, Request, ResponseWriter
 from ..http2.streams import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
 from ..stats import Stats
 from .accounting import Accounting, RequestLog
-from .headers import MalformedResponse, request_headers, response_head
+from .failure import tell_failure
+from .headerlog import HeaderLog
+from .headers import MalformedResponse, header_list_size, request_headers, response_head
+from .headlimit import goes_early, head_refusal
 from .pool import Pool
 from .replay import Replay, ReplayPolicy
 from .retry import BUDGET_REACHED
 
 log = logging.getLogger("h2ping.exchange")
 
-PROXY_NAME = "h2ping"
-
-#: The lines a request can leave in the log (besides an internal error's), each
-#: after the request (and where it went, ``Exchange._where``).
+#: The lines a request can leave in the log (besides an internal error's and a
+#: failure's, :mod:`.failure`), each after the request (and where it went,
+#: ``Exchange._where``).
 _REPLAYING = "%s: replaying (%s), attempt %d"
 _UNKEPT = (
     "%s: replay unavailable: kept request bodies reached max-buffered-bytes (%d bytes); "
     "this body streams through unkept"
 )
-_ABORTED = "%s: response aborted after headers: %s"
-_FAILED = "%s: 502 %s"
-
-
-def proxy_status(error: UpstreamError) -> str:
-    """The ``Proxy-Status`` field value (RFC 9209) for an upstream failure."""
-    detail = error.detail.replace("\\", "\\\\").replace('"', '\\"')
-    detail = "".join(c if " " <= c <= "~" else "?" for c in detail)
-    return f'{PROXY_NAME}; error={error.error}; details="{detail}"'
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,6 +54,7 @@ class ExchangeContext:
     stats: Stats
     live: set[Exchange]  # not yet finished (a pipelined one waiting its turn included)
     access_log: RequestLog | None = None  # -access-log
+    header_log: HeaderLog | None = None  # -log-headers
 
 
 class Exchange:
@@ -75,6 +69,7 @@ class Exchange:
         "_finished",
         "_replay",
         "_request",
+        "_size",
         "_stream",
         "_task",
         "_writer",
@@ -90,10 +85,11 @@ class Exchange:
         self._task: asyncio.Task[None] | None = None
         self._stream: UpstreamStream | None = None
         self._fields: list[Header] = []
+        self._size = 0  # of the mapped head, as the upstream's header list limit counts it
         self._body_ended = not request.has_body
         self._replay = Replay(ctx.replay, request.content_length)
         self._body = self._replay.body  # fed here: a chunk costs no call on the replay
-        self._account = Accounting(ctx.stats, ctx.access_log, request, writer)
+        self._account = Accounting(ctx.stats, ctx.access_log, request, writer, ctx.header_log)
         self._finished = False
         self.conn_id = 0  # 0 until a connection is chosen
         self.stream_id = 0
@@ -105,6 +101,7 @@ class Exchange:
         self._fields = request_headers(
             request.method, request.target, request.headers, self._ctx.upstream
         )
+        self._size = header_list_size(self._fields)
         self._next_attempt()
 
     def feed_body(self, data: bytes) -> None:
@@ -147,14 +144,18 @@ class Exchange:
         try:
             status, fields = response_head(headers)
         except MalformedResponse as exc:
-            if self._stream is not None:
-                self._stream.reject_response()
-            detail = f"malformed response header block: {exc}"
-            self.on_error(UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
+            self._bad_response(f"malformed response header block: {exc}")
             return
-        self._account.response_head(status)
+        self._account.response_head(status, headers)
         self._replay.response_began()
         self._writer.start(status, fields, has_body=not end_stream)
+
+    def on_informational(self, headers: list[Header]) -> None:
+        try:
+            if not self._writer.interim(*response_head(headers)):
+                self._bad_response(f"more than {MAX_INFORMATIONAL} informational responses")
+        except MalformedResponse as exc:
+            self._bad_response(f"malformed informational response: {exc}")
 
     def on_data(self, data: bytes, flow_controlled_length: int) -> None:
         self._writer.write(data)
@@ -174,6 +175,12 @@ class Exchange:
     def on_send_ready(self) -> None:
         self._writer.resume_reading()
 
+    def _bad_response(self, detail: str) -> None:
+        """The upstream's answer broke HTTP's rules: reset its stream, fail the attempt."""
+        if self._stream is not None:
+            self._stream.reject_response()
+        self.on_error(UpstreamError(errors.HTTP_PROTOCOL_ERROR, detail))
+
     # ----------------------------------------------------------------- attempts
     #
     # No task in the common case: with a stream slot free, the request leaves from
@@ -189,7 +196,7 @@ class Exchange:
 
     async def _wait_for_slot(self) -> None:
         try:
-            slot = await self._ctx.pool.acquire()
+            slot = await self._ctx.pool.acquire(early=goes_early(self._size, self._replay.replays))
         except UpstreamError as exc:
             self._task = None
             self._attempt_failed(exc)
@@ -198,7 +205,12 @@ class Exchange:
         self._open_on(slot)
 
     def _open_on(self, slot: StreamSlot) -> None:
-        """Send the request on a reserved stream slot."""
+        """Send the request on a reserved stream slot, if its head is within the
+        limit of the slot's connection (else 431, and the slot goes back unused)."""
+        if (refused := head_refusal(self._size, slot.header_list_limit)) is not None:
+            slot.release()
+            self._end("rejected", error=refused)
+            return
         self.conn_id = slot.conn.id
         end_now = self._body_ended and not any(self._body.chunks)
         try:
@@ -215,7 +227,7 @@ class Exchange:
             return
         self._stream = stream
         self.stream_id = stream.stream_id
-        self._account.sent()
+        self._account.sent(self._fields, self.conn_id, self.stream_id)
         if self._request.expect_continue and not self._body_ended:
             self._writer.send_continue()
         if self._body.chunks:  # what arrived meanwhile; on a replay, the whole body
@@ -251,7 +263,8 @@ class Exchange:
         self._body.release()
         self._ctx.live.discard(self)
         if error is not None:
-            outcome, status = self._tell_failure(error)
+            where = self._where(error)
+            outcome, status = tell_failure(error, self._writer, self._account, self._replay, where)
         elif outcome == "ok":
             self._writer.end()
         self._account.ended(
@@ -262,25 +275,6 @@ class Exchange:
             stream_id=self.stream_id,
             replays=self._replay.replays,
         )
-
-    def _tell_failure(self, error: UpstreamError) -> tuple[str, int]:
-        """A 502 while none of the response reached the client, else a cut
-        connection; returns the outcome and the status the client got."""
-        writer = self._writer
-        if writer.started and writer.retract():
-            # Nothing of the response reached the client yet: a 502 can stand in.
-            self._account.response_retracted()
-        # One line per failed request: the request, the connection, the cause.
-        cause = {"cause": error.error}
-        if writer.started:
-            log.warning(_ABORTED, self._where(error), error, extra=cause)
-            writer.abort()
-            return "aborted", 0
-        error = self._replay.refusal(error)
-        log.warning(_FAILED, self._where(error), error, extra=cause)
-        self._account.error_response(502)
-        writer.send_error(502, f"h2ping: {error}", proxy_status(error))
-        return "failed", 502
 
     def _where(self, error: UpstreamError | None = None) -> str:
         """``METHOD /path conn=N stream=M`` for log lines (what is known so far)."""

@@ -53,15 +53,19 @@ def _connection_tokens(headers: Iterable[Header]) -> set[bytes]:
     return tokens
 
 
-def request_path(target: bytes, prefix: bytes = b"", base_query: bytes = b"") -> bytes:
+def request_path(
+    target: bytes, prefix: bytes = b"", base_query: bytes = b"", *, options: bool = False
+) -> bytes:
     """The ``:path`` for a request target, joined to the upstream's base path and query
     as Go's ``httputil.ProxyRequest.SetURL`` joins them: ``prefix`` (the base path
     without its trailing slash) goes before the path, ``base_query`` before the query,
     with ``&`` between them when both are non-empty.
 
     Absolute-form keeps only path and query, because the request always goes to the
-    configured upstream, never to the host in the URL. ``*`` (``OPTIONS *``) names
-    no path and stays as it is.
+    configured upstream, never to the host in the URL. ``*`` (``OPTIONS *``, the
+    server as a whole) names no resource that a base path could narrow, and takes
+    no query: it stays ``*`` (RFC 9113 section 8.3.1). So does an ``OPTIONS``
+    (``options``) in absolute-form without path or query (RFC 9112 section 3.2.4).
     """
     if target[:1] == b"/":
         if not prefix and not base_query:
@@ -73,6 +77,8 @@ def request_path(target: bytes, prefix: bytes = b"", base_query: bytes = b"") ->
         path_start = rest.find(b"/")
         query_start = rest.find(b"?")
         if path_start < 0 or (0 <= query_start < path_start):
+            if options and query_start < 0:
+                return b"*"
             target = rest[query_start:] if query_start >= 0 else b""
         else:
             target = rest[path_start:]
@@ -101,7 +107,12 @@ def request_headers(
         (b":method", method),
         (b":scheme", upstream.scheme_bytes),
         (b":authority", upstream.authority_bytes),
-        (b":path", request_path(target, upstream.path_prefix, upstream.query_bytes)),
+        (
+            b":path",
+            request_path(
+                target, upstream.path_prefix, upstream.query_bytes, options=method == b"OPTIONS"
+            ),
+        ),
     ]
     for name, value in headers:
         if name == b"te":
@@ -119,6 +130,12 @@ def request_headers(
         else:
             out.append((name, value))
     return out
+
+
+def header_list_size(fields: Iterable[Header]) -> int:
+    """The size of a header list as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC
+    9113 section 6.5.2): name, value and 32 for each field, pseudo-fields included."""
+    return sum(len(name) + len(value) + 32 for name, value in fields)
 
 
 class MalformedResponse(ValueError):
@@ -179,7 +196,9 @@ def response_head(headers: Iterable[Header]) -> tuple[int, list[Header]]:
         if name[:1] == b":":
             if name != b":status" or status or out:
                 raise MalformedResponse("unknown, repeated or misplaced pseudo-header")
-            if len(value) != 3 or not value.isdigit():
+            # Three digits, 100 to 599 (RFC 9110 section 15): anything else has
+            # no HTTP/1.1 status line to become.
+            if len(value) != 3 or not value.isdigit() or not b"100" <= value <= b"599":
                 raise MalformedResponse("invalid :status")
             status = int(value)
             continue

@@ -4,7 +4,10 @@ A stream the upstream refused without processing it (REFUSED_STREAM, or above a
 GOAWAY's last_stream_id) ends in a retryable :class:`~h2ping.errors.UpstreamError`.
 Such a request is replayed on another connection if its body is still kept whole
 (:class:`~h2ping.forward.retry.RequestBody`) and no response to it has begun.
-Nothing else is replayed: the upstream may have acted on it.
+Nothing else is replayed: the upstream may have acted on it. A refusal that may
+be for the request itself (``UpstreamError.suspect``: the first stream a GOAWAY
+with an error code left unprocessed) is tried once more, not again: each such
+refusal costs a connection, and every other request on it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from .retry import RequestBody, RetryBudget
 #: upstream that refuses every stream still fails a request within a second.
 MAX_REPLAYS = 6
 MAX_REPLAYS_WITH_PROGRESS = 30
+#: Tries after a refusal that may be the request's own doing (see the docstring).
+MAX_SUSPECT_REPLAYS = 1
 REPLAY_BACKOFF = 0.01
 REPLAY_MAX_PAUSE = 0.25
 
@@ -60,21 +65,35 @@ class Replay:
     """Decides whether and when one request is sent again. It makes the request's
     :class:`RequestBody` with the policy's limits, which decide what is kept for a replay."""
 
-    __slots__ = ("_answered_mark", "_pause", "_policy", "_resend", "body", "replays")
+    __slots__ = (
+        "_answered_mark",
+        "_pause",
+        "_policy",
+        "_resend",
+        "body",
+        "replays",
+        "suspected",
+    )
 
     def __init__(self, policy: ReplayPolicy, content_length: int | None) -> None:
         self._policy = policy
         #: Fed by the exchange directly: a body chunk costs no call here.
         self.body = RequestBody(policy.budget, policy.body_limit, content_length)
         self.replays = 0  # times sent again so far
+        self.suspected = 0  # refusals so far that may be for the request itself
         self._answered_mark = 0  # the upstream's answers when the last attempt failed
         self._pause: asyncio.TimerHandle | None = None
         self._resend: Callable[[], None] | None = None  # while a pause runs
 
     def allows(self, error: UpstreamError, response_started: bool) -> bool:
-        """Whether the attempt that failed with ``error`` may be sent again."""
+        """Whether the attempt that failed with ``error`` may be sent again (a
+        suspect refusal is counted here: the answer is acted on)."""
         if not (error.retryable and self.body.kept and not response_started):
             return False
+        if error.suspect:
+            self.suspected += 1
+            if self.suspected > MAX_SUSPECT_REPLAYS:
+                return False
         if self.replays < MAX_REPLAYS:
             return True
         return (
@@ -118,6 +137,9 @@ class Replay:
         replayed (again)."""
         if not error.retryable:
             return error
+        if error.suspect and self.suspected > MAX_SUSPECT_REPLAYS:
+            detail = f"{error.detail}; not retried again: refused so {self.suspected} times"
+            return UpstreamError(error.error, detail)
         if not self.body.kept:
             self._policy.stats.replay_refused_for_size()
             return UpstreamError(error.error, f"{error.detail}; not retried: {self.body.reason}")

@@ -18,6 +18,9 @@ from ..fields import Header
 MAX_TARGET_BYTES = 16 * 1024
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADER_COUNT = 256
+#: Informational (1xx) responses taken ahead of one final response, as Go's
+#: transport takes; more is a flood, and fails the request.
+MAX_INFORMATIONAL = 5
 
 _SUPPORTED_VERSIONS = ("1.0", "1.1")
 
@@ -57,6 +60,21 @@ def reason_phrase(status: int) -> bytes:
     return reason
 
 
+def loggable_target(target: bytes) -> bytes:
+    """A request target as logs show it: without its query (it may hold secrets)
+    or fragment, nor the userinfo of an absolute-form target (``user:password@``)."""
+    for mark in (b"?", b"#"):
+        target = target.split(mark, 1)[0]
+    scheme_end = target.find(b"://")
+    if scheme_end > 0:
+        start = scheme_end + 3
+        end = target.find(b"/", start)
+        at = target.rfind(b"@", start, len(target) if end < 0 else end)
+        if at >= 0:
+            target = target[:start] + target[at + 1 :]
+    return target
+
+
 class RequestRejected(Exception):
     """The request cannot be forwarded; ``status`` and ``reason`` go to the client."""
 
@@ -93,12 +111,16 @@ class ResponseSink(Protocol):
     def resume_reading(self) -> None: ...
 
 
-def check_head(method: bytes, version: str, headers: list[Header]) -> None:
+def check_head(method: bytes, target: bytes, version: str, headers: list[Header]) -> None:
     """Raise :class:`RequestRejected` for a head llhttp accepted but we must not forward."""
     if version not in _SUPPORTED_VERSIONS:
         raise RequestRejected(505, f"HTTP version {version} not supported: use HTTP/1.1")
     if method == b"CONNECT":
         raise RequestRejected(405, "CONNECT is not supported: h2ping forwards to one upstream")
+    if target == b"*" and method != b"OPTIONS":
+        # asterisk-form is OPTIONS' alone (RFC 9112 section 3.2.4); HTTP/2 calls
+        # any other ``:path *`` malformed (RFC 9113 section 8.3.1).
+        raise RequestRejected(400, "request target * is only valid with OPTIONS")
     if len(headers) > MAX_HEADER_COUNT:
         raise RequestRejected(431, f"more than {MAX_HEADER_COUNT} header fields")
     hosts: list[bytes] = []
@@ -109,6 +131,10 @@ def check_head(method: bytes, version: str, headers: list[Header]) -> None:
         elif name == b"transfer-encoding":
             codings += [coding.strip().lower() for coding in value.split(b",")]
     check_host(hosts, version)
+    if codings and version == "1.0":
+        # HTTP/1.0 has no Transfer-Encoding: whoever sent it cannot be trusted to
+        # frame the body (RFC 9112 section 6.1), and the connection must close.
+        raise RequestRejected(400, "Transfer-Encoding in an HTTP/1.0 request")
     if codings and codings != [b"chunked"]:
         # The body would reach the upstream still encoded, and Transfer-Encoding
         # (hop-by-hop) would not tell it so (RFC 9112 section 6.1).
@@ -176,8 +202,8 @@ class Request:
         self.has_body = self.chunked or bool(self.content_length)
 
     def describe(self) -> str:
-        """``METHOD /path`` for log lines (the query may hold secrets: left out)."""
-        path = self.target.split(b"?", 1)[0][:200]
+        """``METHOD /path`` for log lines (see :func:`loggable_target`)."""
+        path = loggable_target(self.target)[:200]
         return f"{self.method.decode('latin-1')} {path.decode('latin-1')}"
 
 
@@ -211,6 +237,8 @@ class ResponseWriter:
         "_request",
         "body_bytes",
         "finished",
+        "head",
+        "informational",
         "started",
     )
 
@@ -225,6 +253,8 @@ class ResponseWriter:
         self.started = False
         self.finished = False
         self.body_bytes = 0  # of the response body, as handed to the connection
+        self.informational = 0  # interim responses the upstream sent ahead of the final one
+        self.head: tuple[int, list[Header]] | None = None  # status and fields, as sent
 
     @property
     def keep_alive(self) -> bool:
@@ -240,6 +270,25 @@ class ResponseWriter:
         if not self.started and self._request.http_version == "1.1":
             self._output.send(b"HTTP/1.1 100 Continue\r\n\r\n")
 
+    def interim(self, status: int, headers: list[Header]) -> bool:
+        """An informational (1xx) response of the upstream's, ahead of the final one:
+        passed on to an HTTP/1.1 client (RFC 9110 section 15.2), never to an HTTP/1.0
+        one (it has none). Not 100, which the proxy sends itself when the request
+        asks (:meth:`send_continue`), nor 101 (HTTP/2 has no Upgrade). False past
+        MAX_INFORMATIONAL of them: the request then fails."""
+        self.informational += 1
+        if self.informational > MAX_INFORMATIONAL:
+            return False
+        if self.started or status in (100, 101) or self._request.http_version != "1.1":
+            return True
+        parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status))]
+        for name, value in headers:
+            if name != b"content-length":  # none on a 1xx (RFC 9110 section 8.6)
+                parts += (name, b": ", value, b"\r\n")
+        parts.append(b"\r\n")
+        self._output.send(b"".join(parts))
+        return True
+
     def start(self, status: int, headers: list[Header], *, has_body: bool = True) -> None:
         """Status line and fields. Without ``Content-Length`` the body is chunked
         (HTTP/1.1) or delimited by closing the connection (HTTP/1.0)."""
@@ -250,6 +299,10 @@ class ResponseWriter:
         self.started = True
         self._mark = self._output.mark()
         self._no_body = request.method == b"HEAD" or status in (204, 304) or 100 <= status < 200
+        if status == 204:
+            # Never framing on a 204 (RFC 9110 section 8.6); a 304 may keep the
+            # Content-Length of the response it stands for, but has no body either.
+            headers = [field for field in headers if field[0] != b"content-length"]
         has_length = False
         for name, _ in headers:  # (a loop: any() over a generator costs a frame per field)
             if name == b"content-length":
@@ -269,6 +322,7 @@ class ResponseWriter:
             headers = [*headers, (b"connection", b"close")]
         elif request.http_version == "1.0":
             headers = [*headers, (b"connection", b"keep-alive")]
+        self.head = (status, headers)
         parts = [b"HTTP/1.1 %d %s\r\n" % (status, reason_phrase(status))]
         for name, value in headers:
             parts += (name, b": ", value, b"\r\n")

@@ -17,7 +17,14 @@ from typing import Protocol
 import httptools
 
 from ..fields import Header
-from .messages import MAX_HEAD_BYTES, MAX_TARGET_BYTES, Request, RequestRejected, check_head
+from .messages import (
+    MAX_HEAD_BYTES,
+    MAX_HEADER_COUNT,
+    MAX_TARGET_BYTES,
+    Request,
+    RequestRejected,
+    check_head,
+)
 
 log = logging.getLogger("h2ping.listener")
 
@@ -127,6 +134,8 @@ class RequestReader:
         "_parser_done",
         "_raised",
         "_reading",
+        "_synthetic",
+        "_trailers",
         "_url",
         "state",
     )
@@ -143,7 +152,9 @@ class RequestReader:
         self._url = b""
         self._headers: list[Header] = []
         self._head_bytes = 0  # bytes read while a head is unfinished (bounds partial heads)
-        self._head_size = 0  # exact size of the parsed request line and fields
+        self._head_size = 0  # exact size of the parsed request line and fields (and trailers)
+        self._trailers = 0  # trailer fields of the request being read (counted, never kept)
+        self._synthetic = False  # the fields read are an upgraded body's synthetic head's
         #: The request whose body is being read: set at its head's end, cleared at its own.
         self._reading: tuple[RequestHandler, Request] | None = None
         self._raised: RequestRejected | None = None  # by a parser callback, as it left
@@ -221,6 +232,7 @@ class RequestReader:
         self._url = b""
         self._headers = []
         self._head_size = 0
+        self._trailers = 0
         self._events.head_begun()
 
     def on_url(self, url: bytes) -> None:
@@ -234,10 +246,20 @@ class RequestReader:
             )
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.state is ReadState.UPGRADED_BODY:
+        if self.state is ReadState.HEAD:
+            # Lowercased once here: HTTP/2 wants it, and every later rule compares it.
+            self._headers.append((name.lower(), value))
+        elif self._synthetic:
             return
-        # Lowercased once here: HTTP/2 wants it, and every later rule compares it.
-        self._headers.append((name.lower(), value))
+        else:
+            # A trailer field (after a chunked body): dropped, never a header field
+            # of the request (whose fields may not be mapped yet: a pipelined
+            # request's are mapped at its turn), but held to the head's limits.
+            self._trailers += 1
+            if len(self._headers) + self._trailers > MAX_HEADER_COUNT:
+                raise self._raising(
+                    RequestRejected(431, f"more than {MAX_HEADER_COUNT} header and trailer fields")
+                )
         self._head_size += len(name) + len(value) + 4  # ": " and CRLF
         if self._head_size > MAX_HEAD_BYTES:
             raise self._raising(
@@ -250,6 +272,7 @@ class RequestReader:
 
     def on_headers_complete(self) -> None:
         if self.state is ReadState.UPGRADED_BODY:
+            self._synthetic = False  # what follows is the body, and its trailers
             return
         parser = self._parser
         assert parser is not None  # it is feeding us
@@ -257,7 +280,7 @@ class RequestReader:
         method = parser.get_method()
         version = parser.get_http_version()
         try:
-            check_head(method, version, self._headers)
+            check_head(method, self._url, version, self._headers)
         except RequestRejected as rejection:
             self._raised = rejection
             raise
@@ -303,6 +326,7 @@ class RequestReader:
                 else b"Content-Length: %d" % (request.content_length or 0)
             )
             self.enter(ReadState.UPGRADED_BODY)
+            self._synthetic = True
             self._parser.feed_data(b"POST / HTTP/1.1\r\n" + framing + b"\r\n\r\n")
         if rest:
             self.feed(rest)

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 
 from .. import errors
 from ..config import Config, Upstream
+from ..egress import ProxyURL
 from ..errors import UpstreamError
 from ..sockets import caused_by_shortage, nofile_limits, set_tcp_keepalive
 from ..stats import Stats
 from .pingbackoff import PingBackoff
-from .tlslayer import SessionCache, TLSLayer
+from .tlslayer import NoApplicationProtocol, SessionCache, TLSLayer
+from .tunnel import Hop, PlainTunnel, TunnelClosed, describe_proxy_error, open_tunnel, target_of
 from .upstream import UpstreamConnection
 from .windows import WindowBudget
 
@@ -112,6 +114,7 @@ class DialSteps:
     tls: float | None = None  # the TLS handshake done (the protocol then has the transport)
     settings: float | None = None  # the peer's first SETTINGS received
     ssl_object: ssl.SSLObject | None = None  # the TLS connection, once its handshake is done
+    hop: Hop | None = None  # the way through the forward proxy, if there is one
 
 
 async def connect(
@@ -159,7 +162,11 @@ async def dial(
         async with asyncio.timeout(timeout):
             await _open(protocol, config, ssl_context, tls_sessions, stats, on_preface, steps)
     except OSError as exc:  # TimeoutError and ssl.SSLError among them
-        error = describe_connect_error(exc, upstream, timeout)
+        hop = steps.hop
+        if hop is not None and hop.status is None:  # the proxy was not reached, or said nothing
+            error = describe_proxy_error(exc, hop, target_of(upstream.host, upstream.port), timeout)
+        else:
+            error = describe_connect_error(exc, upstream, timeout, config.upstream_proxy)
         if isinstance(exc, TimeoutError):
             protocol.abandon(error)
         if error.error == errors.CONNECTION_LIMIT_REACHED:
@@ -167,16 +174,63 @@ async def dial(
         raise error from None
 
 
-def describe_connect_error(exc: OSError, upstream: Upstream, timeout: float) -> UpstreamError:
+#: What a server without HTTP/2 is asked it speaks instead (see _spoken_instead).
+_OTHER_PROTOCOLS = ["http/1.1", "http/1.0"]
+_ASK_SECONDS = 2.0  # for that handshake; the dial already took one with this server
+
+
+async def _spoken_instead(upstream: Upstream) -> str | None:
+    """What a server that chose no protocol for h2 alone speaks instead, if it says.
+
+    h2ping offers h2 alone, as the Go binary does: a server that prefers http/1.1
+    when offered both would otherwise choose it. A server without HTTP/2 then
+    chooses nothing, which tells a person little; one more handshake, made only
+    after this dial failed and only for the protocol's name (no certificate check,
+    nothing sent), asks it what it speaks, so the error names it.
+    """
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(_OTHER_PROTOCOLS)
+    try:
+        async with asyncio.timeout(_ASK_SECONDS):
+            _, writer = await asyncio.open_connection(
+                upstream.host, upstream.port, ssl=context, server_hostname=upstream.host
+            )
+    except OSError:  # TimeoutError too: the dial's error then names no protocol
+        return None
+    try:
+        ssl_object = writer.get_extra_info("ssl_object")
+        return ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+    finally:
+        writer.transport.abort()
+
+
+def describe_connect_error(
+    exc: OSError, upstream: Upstream, timeout: float, proxy: ProxyURL | None = None
+) -> UpstreamError:
     """Opening a connection to ``upstream`` (TCP, TLS, the HTTP/2 setup within
-    ``timeout``) failed with ``exc``: say why, in words."""
+    ``timeout``) failed with ``exc``, ``proxy``'s tunnel standing if there is one:
+    say why, in words."""
     target = f"{upstream.host}:{upstream.port}"
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, TunnelClosed) and proxy is not None:
         return UpstreamError(
-            errors.CONNECTION_TIMEOUT, f"{target} did not complete HTTP/2 setup in {timeout:g}s"
+            errors.CONNECTION_TERMINATED, f"{exc} with {target}", next_hop=proxy.address
+        )
+    if isinstance(exc, TimeoutError):
+        through = f" (through proxy {proxy.address})" if proxy is not None else ""
+        return UpstreamError(
+            errors.CONNECTION_TIMEOUT,
+            f"{target}{through} did not complete HTTP/2 setup in {timeout:g}s",
         )
     if isinstance(exc, ssl.SSLError):
-        return describe_tls_error(exc, upstream.host, target)
+        error = describe_tls_error(exc, upstream.host, target)
+        if proxy is not None and error.error == errors.TLS_CERTIFICATE_ERROR:
+            error.detail += (
+                f" (through proxy {proxy.address}: a proxy that inspects TLS shows a "
+                "certificate of its own, whose CA -ca-file must hold)"
+            )
+        return error
     if not isinstance(exc, ConnectionError) and caused_by_shortage(exc):
         soft, _ = nofile_limits()
         limit = f"limit {soft}" if soft >= 0 else "no limit set"
@@ -204,32 +258,37 @@ async def _open(
 ) -> None:
     """TCP, then TLS (h2ping's own layer, see :mod:`h2ping.http2.tlslayer`) with ALPN
     ``h2``, then the peer's SETTINGS; the socket is closed again if any step fails."""
-    loop = asyncio.get_running_loop()
     upstream = config.upstream
+    proxy = config.upstream_proxy
     tcp: asyncio.Transport | None = None
     try:
         if ssl_context is not None and upstream.tls:
             session = tls_sessions.session() if tls_sessions is not None else None
-            layer = TLSLayer(protocol, ssl_context, upstream.host, session)
-            tcp, _ = await loop.create_connection(lambda: layer, upstream.host, upstream.port)
-            steps.tcp = time.perf_counter()
-            await layer.handshake
+            tunnel = proxy.address if proxy is not None else None
+            # No connection_made, so no preface, PING or request, unless ALPN says h2.
+            layer = TLSLayer(protocol, ssl_context, upstream.host, session, tunnel, alpn="h2")
+            tcp = await reach(layer, upstream.host, upstream.port, proxy, steps)
+            try:
+                await layer.handshake
+            except NoApplicationProtocol as exc:
+                steps.tls, steps.ssl_object = time.perf_counter(), layer.ssl_object
+                # Asked directly, never past a forward proxy (nor around it).
+                asked = await _spoken_instead(upstream) if proxy is None else None
+                spoken = exc.selected or asked
+                raise UpstreamError(
+                    errors.TLS_PROTOCOL_ERROR,
+                    f"{upstream.host}:{upstream.port} did not negotiate HTTP/2 with ALPN"
+                    f" (got {spoken or 'none'}): h2ping needs h2",
+                ) from None
             steps.tls = time.perf_counter()
             steps.ssl_object = layer.ssl_object
             if layer.ssl_object.session_reused:
                 stats.tls_resumed()
             if tls_sessions is not None:
                 tls_sessions.remember(layer.ssl_object)
-            alpn = layer.ssl_object.selected_alpn_protocol()
-            if alpn != "h2":
-                raise UpstreamError(
-                    errors.TLS_PROTOCOL_ERROR,
-                    f"{upstream.host}:{upstream.port} did not negotiate HTTP/2 with ALPN"
-                    f" (got {alpn or 'none'})",
-                )
         else:
-            tcp, _ = await loop.create_connection(lambda: protocol, upstream.host, upstream.port)
-            steps.tcp = time.perf_counter()
+            inside = protocol if proxy is None else PlainTunnel(protocol, proxy.address)
+            tcp = await reach(inside, upstream.host, upstream.port, proxy, steps)
         set_tcp_keepalive(tcp.get_extra_info("socket"))
         if on_preface is not None:
             on_preface(protocol)
@@ -239,3 +298,17 @@ async def _open(
         if tcp is not None:
             tcp.abort()
         raise
+
+
+async def reach(
+    inside: asyncio.BaseProtocol, host: str, port: int, proxy: ProxyURL | None, steps: DialSteps
+) -> asyncio.Transport:
+    """A TCP connection to ``host:port`` for ``inside``, directly or through a tunnel
+    of ``proxy``'s; ``steps`` hears of the way (``tcp``: the upstream reached)."""
+    if proxy is None:
+        tcp, _ = await asyncio.get_running_loop().create_connection(lambda: inside, host, port)
+    else:
+        steps.hop = Hop(proxy)
+        tcp = await open_tunnel(inside, host, port, proxy, steps.hop)
+    steps.tcp = time.perf_counter()
+    return tcp

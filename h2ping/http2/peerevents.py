@@ -139,8 +139,17 @@ class PeerEventHandler:
             backoff.punished(conn.id, conn.ping_interval)
         # Draining first, so that no slot freed below is handed out again.
         conn.retire(f"GOAWAY {goaway.code_name}")
-        # Streams above last_stream_id were never processed: safe to replay.
-        for stream in [s for sid, s in streams.items() if sid > last]:
+        # Streams above last_stream_id were never processed: safe to replay. With
+        # an error code, the first of them may be what the server choked on (a
+        # head it would not take, say): it is a suspect, given one more try only.
+        unprocessed = sorted((sid, s) for sid, s in streams.items() if sid > last)
+        for stream_id, stream in unprocessed:
             conn.reset(stream, ErrorCodes.CANCEL)
+            suspect = stream_id == unprocessed[0][0] and goaway.error_code != ErrorCodes.NO_ERROR
             why = f"GOAWAY last_stream_id={last} before the stream was processed"
-            stream.got_error(UpstreamError(errors.CONNECTION_TERMINATED, why, retryable=True))
+            if suspect:
+                why = f"GOAWAY {goaway.code_name} right after the stream was sent, unprocessed"
+            error = UpstreamError(
+                errors.CONNECTION_TERMINATED, why, retryable=True, suspect=suspect
+            )
+            stream.got_error(error)

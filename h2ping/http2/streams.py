@@ -44,6 +44,7 @@ def send_backlog_full(nbytes: int) -> bool:
 class StreamSink(Protocol):
     """What a stream tells the request it carries. Called from the event loop."""
 
+    def on_informational(self, headers: list[Header]) -> None: ...
     def on_response(self, headers: list[Header], end_stream: bool) -> None: ...
     def on_data(self, data: bytes, flow_controlled_length: int) -> None: ...
     def on_end(self) -> None: ...
@@ -66,6 +67,8 @@ class StreamHost(Protocol):
     def id(self) -> int: ...
     @property
     def outbound(self) -> BodyPump: ...
+    @property
+    def header_list_limit(self) -> int | None: ...
     def reset(self, stream: UpstreamStream, error_code: int) -> None: ...
     def forget(self, stream: UpstreamStream) -> None: ...
     def open_stream(
@@ -179,6 +182,10 @@ class UpstreamStream:
     # What the peer sent on this stream, or what became of its connection, told by
     # the connection; the stream says what it means to its sink (the only caller
     # of the sink), and asks the connection to end it where it ends.
+
+    def got_informational(self, headers: list[Header]) -> None:
+        """An interim (1xx) response head, ahead of the final one."""
+        self.sink.on_informational(headers)
 
     def got_response(self, headers: list[Header], end_stream: bool) -> None:
         self.sink.on_response(headers, end_stream)
@@ -302,6 +309,11 @@ class StreamSlot:
     def __init__(self, conn: StreamHost) -> None:
         self.conn = conn
         self._spent = False
+
+    @property
+    def header_list_limit(self) -> int | None:
+        """The largest request header list its connection's peer takes (None: no limit)."""
+        return self.conn.header_list_limit
 
     def open(self, headers: list[Header], sink: StreamSink, *, end_stream: bool) -> UpstreamStream:
         """Send HEADERS on this slot. Raises :class:`SlotLost` if the connection

@@ -32,6 +32,8 @@ import enum
 import ssl
 from typing import Any
 
+from .tunnel import tunnel_lost
+
 #: One TCP read at most: four full TLS records and their overhead.
 TCP_READ_SIZE = 4 * (16 * 1024 + 256)
 
@@ -64,11 +66,22 @@ class SessionCache:
         return session if session is not None and session.has_ticket else None
 
 
+class NoApplicationProtocol(Exception):
+    """The handshake agreed on no protocol, or on another than the one required:
+    ``selected`` is the server's choice (None: it chose none)."""
+
+    def __init__(self, selected: str | None) -> None:
+        super().__init__(f"ALPN selected {selected or 'nothing'}")
+        self.selected = selected
+
+
 class TLSLayer(asyncio.BufferedProtocol):
     """The TCP transport's protocol: TLS client side, with ``app`` on top.
 
     ``handshake`` resolves once TLS is up (and ``app`` has had ``connection_made``),
-    or fails with the ``ssl.SSLError`` or ``OSError`` that stopped it."""
+    or fails with the ``ssl.SSLError`` or ``OSError`` that stopped it, or with
+    :class:`NoApplicationProtocol` when ALPN did not select ``alpn``: ``app`` then
+    never hears of the connection, and sends nothing on it."""
 
     def __init__(
         self,
@@ -76,9 +89,17 @@ class TLSLayer(asyncio.BufferedProtocol):
         context: ssl.SSLContext,
         server_hostname: str,
         session: ssl.SSLSession | None = None,
+        tunnel: str | None = None,
+        alpn: str | None = None,
     ) -> None:
-        """``session``: an earlier connection's to the same server, to resume."""
+        """``session``: an earlier connection's to the same server, to resume;
+        ``tunnel``: the forward proxy (``host:port``) the connection goes through,
+        named when it ends without the server's close_notify; ``alpn``: the
+        protocol the handshake must select (None: any, or none)."""
+        self._alpn = alpn
         self._app = app
+        self._tunnel = tunnel
+        self._close_notified = False  # the peer said goodbye in TLS
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self.ssl_object = context.wrap_bio(
@@ -121,6 +142,9 @@ class TLSLayer(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         state, self._state = self._state, _State.CLOSED
+        if self._tunnel is not None and not self._close_notified and self._error is None:
+            # No goodbye in TLS: the tunnel ended (a proxy's idle timer), not the server.
+            exc = tunnel_lost(self._tunnel, exc, during_handshake=not self._app_connected)
         if not self._app_connected:
             self._fail_handshake(exc or ssl.SSLEOFError("the peer closed during the handshake"))
             return
@@ -153,6 +177,13 @@ class TLSLayer(asyncio.BufferedProtocol):
                 self._tcp.close()
             return
         self._send_outgoing()
+        selected = self.ssl_object.selected_alpn_protocol()
+        if self._alpn is not None and selected != self._alpn:
+            self._state = _State.CLOSING
+            self._fail_handshake(NoApplicationProtocol(selected))
+            if self._tcp is not None:
+                self._tcp.close()
+            return
         self._state = _State.OPEN
         self.handshake.set_result(None)
         self._app_connected = True
@@ -185,7 +216,7 @@ class TLSLayer(asyncio.BufferedProtocol):
                     count: int = tls.read(size - filled, buffer[filled:] if filled else buffer)  # type: ignore[assignment]
                     if not count:  # close_notify: the peer will send nothing more
                         more = False
-                        peer_closed = True
+                        peer_closed = self._close_notified = True
                         break
                     filled += count
                 else:

@@ -44,6 +44,7 @@ from .outbound import OutboundPump
 from .peerevents import PeerEventHandler
 from .pingbackoff import PingBackoff
 from .streams import SlotLost, StreamSink, StreamSlot, UpstreamStream
+from .tunnel import proxy_of
 from .windows import ReceiveWindow, WindowBudget, connection_window
 
 log = logging.getLogger("h2ping.upstream")
@@ -52,6 +53,11 @@ log = logging.getLogger("h2ping.upstream")
 #: request goes right behind the preface (RFC 9113 section 3.4), any other waits
 #: the round trip for the peer's limit, which no server sets below one.
 PROVISIONAL_STREAMS = 1
+#: The largest request header list (RFC 9113 section 6.5.2 sizes: name, value and
+#: 32 per field) sent before the peer's SETTINGS say its limit: as much as the
+#: smallest limit servers commonly advertise (16 KiB). A larger head waits the
+#: round trip for the peer's own figure.
+PROVISIONAL_HEADER_LIST = 16 * 1024
 #: Stop opening streams on a connection close to the 31-bit stream id limit.
 LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
 #: The most streams a connection carries at once, whatever the peer allows.
@@ -138,6 +144,15 @@ class StreamTable:
     def busy(self) -> bool:
         """Carrying a stream, or promised one."""
         return bool(self.streams or self.reserved)
+
+    @property
+    def header_list_limit(self) -> int | None:
+        """The largest request header list the peer takes now (None: no limit):
+        its SETTINGS_MAX_HEADER_LIST_SIZE, or PROVISIONAL_HEADER_LIST before its
+        first SETTINGS. A head over it makes servers end the whole connection."""
+        if self._conn.state is ConnState.CONNECTING:
+            return PROVISIONAL_HEADER_LIST
+        return self._engine.peer_header_list_limit
 
     def count(self) -> int:
         return len(self.streams)
@@ -358,6 +373,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self._enter(ConnState.OPEN):
             self._ready.set_result(None)
             self.clocks.start()
+            self._stats.window_pinged(self.window.measuring)  # the preface's: HTTP/2 answered
         self._on_change(self)
 
     def ping(self, payload: bytes) -> None:
@@ -408,7 +424,6 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._engine.start(self.window.announced, connection_window(self.window.cap))
         if (payload := self.window.first_ping()) is not None:
             self._engine.ping(payload)
-            self._stats.window_pinged()
         self.outbound.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -442,7 +457,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             reason += f" after GOAWAY {self.peer.goaway_error}"
         if self.state is ConnState.CONNECTING:  # a stream sent behind the preface fails so too
             reason += " before HTTP/2 SETTINGS"
-        error = UpstreamError(errors.CONNECTION_TERMINATED, reason)
+        error = UpstreamError(errors.CONNECTION_TERMINATED, reason, next_hop=proxy_of(exc))
         self._fail_ready(error)
         self._end(reason, error)
 

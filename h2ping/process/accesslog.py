@@ -30,6 +30,7 @@ import time
 from typing import cast
 
 from ..forward.accounting import LogEntry
+from ..http1.messages import loggable_target
 from ..stats import Stats
 
 log = logging.getLogger("h2ping.accesslog")
@@ -49,8 +50,8 @@ _STOP = object()
 
 
 def path_of(target: bytes) -> str:
-    """The request target without its query, for a log line."""
-    path = target.split(b"?", 1)[0]
+    """The request target without its query, fragment or userinfo, for a log line."""
+    path = loggable_target(target)
     if len(path) > MAX_PATH_BYTES:
         path = path[:MAX_PATH_BYTES] + b"..."
     return path.decode("latin-1")

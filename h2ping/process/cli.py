@@ -37,6 +37,7 @@ from .flags import (
     FlagError,
     HelpRequested,
     VersionRequested,
+    command_word,
     help_text,
     parse_command_line,
 )
@@ -53,6 +54,13 @@ lifecycle = logging.getLogger(LIFECYCLE)
 #: Runtime knobs of the Go binary; meaningless here, accepted so old launchers work.
 _GO_RUNTIME_ENV = ("GOMEMLIMIT", "GOMAXPROCS")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: SIGINT or SIGTERM before the listening line: nothing was served, nothing drains.
+INTERRUPTED = "interrupted during startup: exiting"
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM before the loop's handlers: stop as Ctrl-C does, not silently."""
+    raise KeyboardInterrupt
 
 
 def _loop_exception_handler(
@@ -96,6 +104,17 @@ def _reason(exc: OSError) -> str:
     else:  # a resolver error: its errno is no errno
         text = exc.strerror or str(exc)
     return text[:1].lower() + text[1:]
+
+
+def _cannot_bind(exc: BindError) -> str:
+    """``cannot bind ADDR: <reason>``, the Go binary's words that launchers key on,
+    then what to do about it: the listen address is -listen's to change."""
+    hint = {
+        errno.EADDRINUSE: "another process has this port: choose another with -listen",
+        errno.EACCES: "not allowed to bind this port: choose another with -listen",
+        errno.EADDRNOTAVAIL: "no interface of this host has this address: check -listen",
+    }.get(exc.errno or 0, "check -listen")
+    return f"cannot bind {exc.address}: {_reason(exc)} ({hint})"
 
 
 def write_ready_file(path: str) -> bool:
@@ -142,22 +161,32 @@ async def serve(
     descriptors = proxy.descriptors
     asyncio.get_running_loop().set_exception_handler(_loop_exception_handler(descriptors))
     stopping = asyncio.Event()
-    # Before binding, so that a signal during startup still means "drain and exit 0".
-    _handle_signals(config, proxy, stopping)
+    # Before binding, so that a signal during startup still means "exit 0", cleanly.
+    announced = asyncio.Event()  # the listening line is out
+    _handle_signals(config, proxy, stopping, announced)
     if not await _start(config, proxy, sock, links):
         return 1
+    # A signal that came while it started, its handler not run yet (start may not
+    # have waited at all): one loop turn reads it, the next runs the handler.
+    for _ in range(2):
+        await asyncio.sleep(0)
+    if stopping.is_set():  # a signal came while it started: it never said it listens
+        await proxy.stop()
+        return 0
     try:
         with _housekeeping(descriptors):
-            return await _serve_until_stopped(config, proxy, stopping, started)
+            return await _serve_until_stopped(config, proxy, stopping, started, announced)
     finally:
         remove_ready_file(config.ready_file)
 
 
-def _handle_signals(config: Config, proxy: Proxy, stopping: asyncio.Event) -> None:
+def _handle_signals(
+    config: Config, proxy: Proxy, stopping: asyncio.Event, announced: asyncio.Event
+) -> None:
     """Install the handlers of the stop signals and of SIGHUP, then let them in."""
     loop = asyncio.get_running_loop()
     for signum in _STOP_SIGNALS:
-        loop.add_signal_handler(signum, _on_stop_signal, signum, config, proxy, stopping)
+        loop.add_signal_handler(signum, _on_stop_signal, signum, config, proxy, stopping, announced)
     if config.access_log not in (None, "-"):
         # Log rotation; without an access-log file SIGHUP keeps its default.
         loop.add_signal_handler(signal.SIGHUP, proxy.reopen_logs)
@@ -165,13 +194,20 @@ def _handle_signals(config: Config, proxy: Proxy, stopping: asyncio.Event) -> No
     signal.pthread_sigmask(signal.SIG_UNBLOCK, (*_STOP_SIGNALS, signal.SIGHUP))
 
 
-def _on_stop_signal(signum: int, config: Config, proxy: Proxy, stopping: asyncio.Event) -> None:
-    """A first SIGINT/SIGTERM starts the drain; a second one exits at once with 1."""
+def _on_stop_signal(
+    signum: int, config: Config, proxy: Proxy, stopping: asyncio.Event, announced: asyncio.Event
+) -> None:
+    """A first SIGINT/SIGTERM starts the drain (or, before the listening line, the
+    exit); a second one exits at once with 1."""
     if stopping.is_set():
         lifecycle.warning("second %s: exiting now", signal.Signals(signum).name)
         remove_ready_file(config.ready_file)
         logging.shutdown()
         os._exit(1)
+    if not announced.is_set():  # before the listening line: no client was told to come
+        lifecycle.info(INTERRUPTED)
+        stopping.set()
+        return
     lifecycle.info(
         "%s: draining %s (up to %gs)",
         signal.Signals(signum).name,
@@ -191,7 +227,7 @@ async def _start(
         log.error("ca-file %s: %s", config.ca_file, exc.reason or exc)
         return False
     except BindError as exc:
-        log.error("cannot bind %s: %s", exc.address, _reason(exc))
+        log.error("%s", _cannot_bind(exc))
         return False
     except AccessLogError as exc:
         log.error("cannot open -access-log %s: %s", exc.path, _reason(exc))
@@ -218,14 +254,23 @@ def _housekeeping(descriptors: DescriptorWatch) -> Iterator[None]:
 
 
 async def _serve_until_stopped(
-    config: Config, proxy: Proxy, stopping: asyncio.Event, started: Callable[[], None] | None
+    config: Config,
+    proxy: Proxy,
+    stopping: asyncio.Event,
+    started: Callable[[], None] | None,
+    announced: asyncio.Event,
 ) -> int:
     """Say the proxy is ready, serve until a stop signal, drain, and return the exit code."""
     if config.ready_file is not None and not write_ready_file(config.ready_file):
         await proxy.stop(grace=0)
         return 1
     _warn_about_settings(config, proxy)
-    lifecycle.info("listening on %s -> %s", proxy.listen_address, config.upstream.display)
+    via = config.upstream_proxy
+    through = f" through proxy {via.address}" if via is not None else ""
+    lifecycle.info(
+        "listening on %s -> %s%s", proxy.listen_address, config.upstream.display, through
+    )
+    announced.set()
     log.info("capacity: %s", _capacity_text(config, proxy))
     if proxy.admin is not None:
         lifecycle.info("admin endpoint on %s: /healthz /readyz /metrics", proxy.admin.address)
@@ -257,6 +302,13 @@ def _warn_about_settings(config: Config, proxy: Proxy) -> None:
             "anyone who can reach it can use your upstream",
             proxy.listen_address,
         )
+    admin = proxy.admin
+    if config.admin_listen is not None and not config.admin_listen.is_loopback:
+        log.warning(
+            "admin address %s is not loopback and h2ping has no authentication: "
+            "anyone who can reach it can read its metrics",
+            admin.address if admin is not None else config.admin_listen,
+        )
     if config.insecure_skip_verify:
         log.warning("insecure-skip-verify is on: upstream TLS certificates are NOT checked")
 
@@ -286,7 +338,7 @@ def _run_workers(config: Config) -> int:
     try:
         sock = bind_listener(config.listen)
     except BindError as exc:
-        log.error("cannot bind %s: %s", exc.address, _reason(exc))
+        log.error("%s", _cannot_bind(exc))
         return 1
     # The workers write no ready file of their own: the parent is the process started.
     workers = config.replace(ready_file=None)
@@ -305,12 +357,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = os.path.basename(sys.argv[0]) if argv is None else "h2ping"
     if prog in ("__main__.py", "-c"):
         prog = "python -m h2ping"
-    # A bare first word ends Go's flags at once: no Go command line starts with one.
-    if args[:1] == ["check"]:
-        from ..check import main as check  # only the check needs it
-
-        return check(args[1:], prog)
     try:
+        # A bare first word ends Go's flags at once: no Go command line starts with
+        # one, so there it names a command.
+        if command_word(args) == "check":
+            from ..check import main as check  # only the check needs it
+
+            return check(args[1:], prog)
         command_line = parse_command_line(args)
     except HelpRequested:
         print(help_text(prog), end="")
@@ -322,6 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: {exc}", file=sys.stderr)
         return exc.exit_code
     config = command_line.config
+    # Until serve() installs its handlers: a SIGTERM then says why the process ends.
+    signal.signal(signal.SIGTERM, _interrupt)
     setup_logging(config)
     # Each in-flight request holds a client socket; a process-wide choice, so here
     # and not in Proxy, which other programs embed.
@@ -345,8 +400,8 @@ def _serve_to_exit_code(config: Config) -> int:
         if config.workers > 1:
             return _run_workers(config)
         return _run(serve(config))
-    except KeyboardInterrupt:  # SIGINT before serve() installed its handler: nothing to drain
-        lifecycle.info("interrupted during startup: exiting")
+    except KeyboardInterrupt:  # a signal before serve() installed its handlers
+        lifecycle.info(INTERRUPTED)
         return 0
     except Exception as exc:
         # A bug of ours. Launchers show the tail of the log: end it with one clear line.

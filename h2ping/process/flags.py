@@ -35,6 +35,7 @@ from ..config import (
     format_duration,
     optional_text,
 )
+from ..egress import FROM_ENVIRONMENT, ProxySetting
 from ..settings import ENV_PREFIX, REQUIRED, Given, Setting, declarations
 
 
@@ -101,8 +102,8 @@ _BY_NAME = {f.name: f for f in _FLAGS}
 _CHECK_SHARED = tuple(
     _BY_NAME[name]
     for name in (
-        "upstream", "ca-file", "insecure-skip-verify", "connect-timeout", "ping-timeout",
-        "log-format",
+        "upstream", "proxy", "ca-file", "insecure-skip-verify", "connect-timeout",
+        "ping-timeout", "log-format",
     )
 )  # fmt: skip
 _CHECK_OWN: tuple[Setting, ...] = (
@@ -131,16 +132,29 @@ def _convert(flag: Setting, raw: str, source: str) -> Given:
 
 
 def _parse_argv(
-    argv: Sequence[str], notes: list[str], known: Mapping[str, Setting]
+    argv: Sequence[str],
+    notes: list[str],
+    known: Mapping[str, Setting],
+    positional: Setting | None = None,
 ) -> dict[str, Given]:
     """Go's flag.Parse loop over the ``known`` flags; returns field -> setting, the
-    last occurrence winning."""
+    last occurrence winning. With a ``positional`` setting, one argument that is not
+    a flag, before or after the flags, is its value (``check https://host``), as
+    curl and h2load take their URL; without, the flags end there, as in Go."""
     found: dict[str, Given] = {}
+    url: str | None = None  # the positional argument, once seen
     args = list(argv)
     i = 0
     while i < len(args):
         arg = args[i]
         i += 1
+        if positional is not None and (len(arg) < 2 or arg[0] != "-"):
+            if url is not None or positional.field in found:
+                given = "the URL" if url is not None else f"-{positional.name}"
+                raise UsageError(f"unexpected argument {_quote(arg)}: {given} is given already")
+            url = arg
+            found[positional.field] = _convert(positional, arg, f"-{positional.name}")
+            continue
         if arg == "--" or len(arg) < 2 or arg[0] != "-":  # "-" alone is positional too
             # Go stops at the first argument that is not a flag and the Go binary
             # never looks at the rest: ignored here too, but not without a word.
@@ -167,8 +181,36 @@ def _parse_argv(
                 raise UsageError(f"flag needs an argument: -{flag.name}")
             value = args[i]
             i += 1
+        if flag is positional and url is not None:
+            raise UsageError(f"the URL is given twice: {_quote(url)} and -{flag.name}")
         found[flag.field] = _convert(flag, value, f"-{flag.name}")  # convert now, like Go
     return found
+
+
+#: The words that may stand first on the command line instead of a flag.
+COMMANDS = ("check",)
+
+
+def command_word(args: Sequence[str]) -> str | None:
+    """The command ``args`` starts with (``check``), or None when they start with a
+    flag (or are empty): the proxy's command line. Only the first argument can be
+    a command; a bare word anywhere else is where Go's flags end.
+
+    No Go command line starts with a bare word (the Go binary would ignore every
+    flag after it), so an unknown first word is a mistyped command: a UsageError
+    that names it and, when one is close, the command it was meant to be.
+    """
+    if not args or args[0].startswith("-"):  # "-" alone is no command either
+        return None
+    word = args[0]
+    if word in COMMANDS:
+        return word
+    hint = _did_you_mean(word, COMMANDS, "")
+    if not hint and "://" in word:
+        hint = f" (did you mean -upstream {word}?)"
+    if not hint:
+        hint = f" (the commands: {', '.join(COMMANDS)}; the proxy takes flags, see -h)"
+    raise UsageError(f"unknown command {_quote(word)}{hint}")
 
 
 #: How alike a name must be to a known one to be offered in its place (difflib's ratio).
@@ -220,6 +262,7 @@ def parse_command_line(
     notes: list[str] = []
     settings = _gather(argv, environ, _FLAGS, _FLAGS, notes)
     config = _build(Config, _values(_FLAGS, settings, notes), settings)
+    config = _routed(config, settings, environ)
     return CommandLine(config, tuple(notes))
 
 
@@ -231,10 +274,11 @@ def parse_check_command_line(
     and its own, which may not."""
     notes: list[str] = []
     flags = (*_CHECK_SHARED, *_CHECK_OWN)
-    settings = _gather(argv, environ, flags, _CHECK_SHARED, notes)
+    settings = _gather(argv, environ, flags, _CHECK_SHARED, notes, _BY_NAME["upstream"])
     values = _values(flags, settings, notes)
     own = {flag.field for flag in _CHECK_OWN}
     config = _build(Config, {k: v for k, v in values.items() if k not in own}, settings)
+    config = _routed(config, settings, environ)
     check = _build(CheckSettings, {k: v for k, v in values.items() if k in own}, settings)
     return CheckCommandLine(config, check, tuple(notes))
 
@@ -245,10 +289,12 @@ def _gather(
     flags: Sequence[Setting],
     from_env: Sequence[Setting],
     notes: list[str],
+    positional: Setting | None = None,
 ) -> dict[str, Given]:
-    """The ``flags`` given in ``argv``, then those of ``from_env`` given only as variables."""
+    """The ``flags`` given in ``argv`` (and the ``positional`` one's value, if it
+    takes one), then those of ``from_env`` given only as variables."""
     env = os.environ if environ is None else environ
-    settings = _parse_argv(argv, notes, {flag.name: flag for flag in flags})
+    settings = _parse_argv(argv, notes, {flag.name: flag for flag in flags}, positional)
     for flag in from_env:
         raw = env.get(flag.env, "")
         # An empty variable counts as unset: templated deployments often export VAR="".
@@ -299,6 +345,23 @@ def _build(
         given = settings.get(exc.setting.replace("-", "_"))
         source = given.source if given is not None else f"-{exc.setting}"
         raise SettingError(f"{source}: {exc.reason}") from None
+
+
+def _routed(
+    config: Config, settings: dict[str, Given], environ: Mapping[str, str] | None
+) -> Config:
+    """``config``, once the proxy its upstream goes through is known: ``-proxy env``
+    reads ``environ``'s variables, one of which may hold a URL h2ping cannot use (a
+    SettingError)."""
+    if environ is not None and config.proxy.from_environment:
+        config = config.replace(proxy=ProxySetting.read(FROM_ENVIRONMENT, environ))
+    try:
+        config.upstream_proxy  # noqa: B018 -- computed (and kept) now, to refuse it now
+    except ConfigError as exc:
+        given = settings.get("proxy")
+        source = given.source if given is not None else "-proxy"
+        raise SettingError(f"{source}: {exc.reason}") from None
+    return config
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:
@@ -369,6 +432,7 @@ def check_help_text(prog: str) -> str:
     """``h2ping check -h``: what it reports, its flags, its exit codes."""
     lines = [
         f"Usage: {prog} check -upstream URL [flags]",
+        f"       {prog} check URL [flags]",
         "",
         "Connects to the upstream as h2ping would and reports what it offers: HTTP/2 by ALPN",
         "(or h2c for http://), the TLS version, cipher and certificate expiry, the server's",

@@ -269,6 +269,13 @@ def _info(scrape: Scrape) -> Samples:
     return [((__version__, str(scrape.config.upstream), scrape.instance), 1)]
 
 
+def _upstream_proxy(scrape: Scrape) -> Samples:
+    """1 with the forward proxy's address when connections go through one; 0 with
+    an empty address when they go directly. Never its credentials."""
+    proxy = scrape.config.upstream_proxy
+    return [((proxy.address,), 1)] if proxy is not None else [(("",), 0)]
+
+
 def _given(value: _T | None) -> _T:
     """A value the family's ``only_with`` guarantees is there."""
     assert value is not None
@@ -292,6 +299,14 @@ METRICS: tuple[MetricSpec, ...] = (
         labels=("version", "upstream", "instance"),
     ),
     MetricSpec(
+        "h2ping_upstream_proxy",
+        "gauge",
+        "1 when upstream connections go through this forward proxy (CONNECT), "
+        '0 with proxy="" when they go directly.',
+        _upstream_proxy,
+        labels=("proxy",),
+    ),
+    MetricSpec(
         "h2ping_workers",
         "gauge",
         "Worker processes (-workers).",
@@ -309,7 +324,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "h2ping_requests_total",
         "counter",
         "Requests that ended, by outcome: ok; failed (answered 502); aborted (cut after "
-        "the response began); cancelled (the client left); rejected (malformed HTTP/1.1); "
+        "the response began); cancelled (the client left); rejected (malformed HTTP/1.1, or a "
+        "head over the upstream's header list limit: answered 4xx/5xx by h2ping); "
         "cut_at_shutdown (unfinished when the shutdown grace ran out).",
         _by(lambda scrape: _outcomes(scrape.stats)),
         labels=("outcome",),

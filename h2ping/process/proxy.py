@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..config import Config, HostPort, parse_listen, parse_upstream
+from ..egress import read_proxy_setting
 from ..errors import AccessLogError, BindError, UpstreamError
 from ..forward.exchange import Exchange, ExchangeContext
 from ..forward.growth import NoStreamsAllowed
+from ..forward.headerlog import HeaderLog
 from ..forward.pool import Pool
 from ..forward.replay import ReplayPolicy
 from ..forward.retry import RetryBudget
@@ -60,6 +62,20 @@ _START_FAILURES = {
     errors.TLS_PROTOCOL_ERROR: "TLS with HTTP/2 could not be agreed",
     errors.HTTP_PROTOCOL_ERROR: "it does not speak HTTP/2 as h2ping needs",
     errors.CONNECTION_LIMIT_REACHED: "no file descriptor was free",
+}
+
+
+#: The same, when the forward proxy failed (after "the proxy HOST:PORT").
+_PROXY_FAILURES = {
+    errors.DNS_ERROR: "was not found (its name)",
+    errors.CONNECTION_REFUSED: "accepts no connections",
+    errors.CONNECTION_TIMEOUT: "did not answer in time",
+    errors.DESTINATION_UNAVAILABLE: "could not reach it",
+    errors.CONNECTION_TERMINATED: "closed the tunnel",
+    errors.HTTP_REQUEST_DENIED: "refused the tunnel",
+    errors.PROXY_CONFIGURATION_ERROR: "wants other credentials",
+    errors.HTTP_PROTOCOL_ERROR: "does not speak HTTP/1.1 as a proxy",
+    errors.CONNECTION_LIMIT_REACHED: "could not be reached: no file descriptor was free",
 }
 
 
@@ -107,7 +123,10 @@ class Proxy:
         **settings: Any,
     ) -> None:
         """Build from a :class:`Config`, or from its fields as keywords; ``listen``,
-        ``admin_listen`` and ``upstream`` may be given as strings."""
+        ``admin_listen`` and ``upstream`` may be given as strings, and ``proxy``
+        (also beside a ``config``) as ``-proxy`` takes it."""
+        if isinstance(settings.get("proxy"), str):  # "none", "env" or a URL
+            settings["proxy"] = read_proxy_setting(settings["proxy"])
         if config is None:
             if isinstance(settings.get("upstream"), str):
                 settings["upstream"] = parse_upstream(settings["upstream"])
@@ -117,6 +136,7 @@ class Proxy:
             config = Config(**settings)
         elif settings:
             config = config.replace(**settings)
+        config.upstream_proxy  # noqa: B018 -- a ConfigError now, not at the first dial
         self.config = config
         self.stats = Stats()
         self.retry_budget = RetryBudget(config.max_buffered_bytes, self.stats)
@@ -193,6 +213,7 @@ class Proxy:
             stats=self.stats,
             live=self.exchanges,
             access_log=self.access_log,
+            header_log=HeaderLog() if config.log_headers else None,
         )
         if sock is None:
             sock = bind_listener(config.listen)
@@ -271,13 +292,19 @@ class Proxy:
             return
         except UpstreamError as exc:
             upstream = self.config.upstream.display
+            via = self.config.upstream_proxy
+            if exc.next_hop is not None:  # the proxy's failure: it is named, not the upstream
+                why = f"the proxy {exc.next_hop} {_PROXY_FAILURES.get(exc.error, 'failed')}"
+            else:
+                why = _START_FAILURES.get(exc.error, "it cannot be used")
             log.warning(
                 "upstream %s cannot be reached at start: %s (%s); requests get 502 until "
-                "it can be; to see why: h2ping check -upstream %s",
+                "it can be; to see why: h2ping check -upstream %s%s",
                 upstream,
-                _START_FAILURES.get(exc.error, "it cannot be used"),
+                why,
                 exc,
                 upstream,
+                f" -proxy {self.config.proxy}" if via is not None else "",
             )
             return
         finally:

@@ -19,7 +19,7 @@ import collections
 import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import h2.events
@@ -116,6 +116,16 @@ class ScriptedRequest:
             or self.reset_code is not None
             or (self.ended and self.response_ended)
         )
+
+    @property
+    def stream_window(self) -> int:
+        """The client's flow-control window for this stream alone (the
+        connection's aside); 0 once the stream is closed. 0 while open: a client
+        that does not read holds this stream back."""
+        stream = self.connection._h2.streams.get(self.stream_id)
+        if self.closed or stream is None:
+            return 0
+        return int(stream.outbound_flow_control_window)
 
     def header(self, name: str) -> str | None:
         name = name.lower()
@@ -225,6 +235,8 @@ class ScriptedConnection(asyncio.Protocol):
         self.streams_refused = 0
         self.pings_received = 0
         self.ping_times: list[float] = []  # loop time of each PING received (not ACKs)
+        self.ping_acks_received: list[bytes] = []  # the payloads of our PINGs' ACKs
+        self.settings_acked = 0  # ACKs of our SETTINGS frames, the first one too
         self.goaway_sent: int | None = None  # last_stream_id of our latest GOAWAY
         self.goaway_received: int | None = None  # error code of the client's GOAWAY
         self.requests: list[ScriptedRequest] = []
@@ -234,6 +246,7 @@ class ScriptedConnection(asyncio.Protocol):
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._window_changed = asyncio.Event()
         self._transport: asyncio.Transport | None = None
+        self._corked: bytearray | None = None  # writes held by corked()
         self._preface_left = _CLIENT_PREFACE_SIZE  # goes to h2 as it is: not a frame
         self._frames = FrameSplitter()
         # Header values arrive as bytes: HTTP allows obs-text, which is not UTF-8.
@@ -246,6 +259,8 @@ class ScriptedConnection(asyncio.Protocol):
             h2.events.WindowUpdated: lambda _: self._notify_window(),
             h2.events.RemoteSettingsChanged: lambda _: self._notify_window(),
             h2.events.PingReceived: self._on_ping,
+            h2.events.PingAckReceived: self._on_ping_ack,
+            h2.events.SettingsAcknowledged: self._on_settings_ack,
         }
 
     @property
@@ -279,6 +294,37 @@ class ScriptedConnection(asyncio.Protocol):
         self._flush()  # what h2 has queued goes first
         self._write(_goaway_frame(last_stream_id, error_code, debug_data))
 
+    def ping(self, payload: bytes = b"scripted") -> None:
+        """Send a PING of 8 bytes; its ACK lands in ``ping_acks_received``."""
+        self._h2.ping(payload)
+        self._flush()
+
+    def update_settings(self, settings: Mapping[int, int]) -> None:
+        """Send a SETTINGS frame with ``settings`` (by ``SettingCodes``); the
+        client's ACK counts in ``settings_acked``."""
+        self._h2.update_settings(dict(settings))
+        self._flush()
+
+    def window_update(self, increment: int, stream_id: int = 0) -> None:
+        """Send WINDOW_UPDATE: more room for the client's request bodies."""
+        self._h2.increment_flow_control_window(increment, stream_id or None)
+        self._flush()
+
+    @contextlib.contextmanager
+    def corked(self) -> Iterator[None]:
+        """Hold every write of this connection until the block ends, then send
+        them in one: frames that a server sends together (its last responses, a
+        GOAWAY, a PING) reach the client in one read, as from nginx."""
+        if self._corked is not None:
+            raise RuntimeError("already corked")
+        self._corked = bytearray()
+        try:
+            yield
+        finally:
+            self._flush()
+            held, self._corked = bytes(self._corked), None
+            self._write(held)
+
     def close(self) -> None:
         """Drop the connection abruptly (TCP reset, no GOAWAY), like a crashed server."""
         if self._transport is not None:
@@ -298,7 +344,7 @@ class ScriptedConnection(asyncio.Protocol):
         settings = {
             SettingCodes.MAX_CONCURRENT_STREAMS: self.server.max_concurrent_streams,
             SettingCodes.INITIAL_WINDOW_SIZE: self.server.initial_window_size,
-            SettingCodes.MAX_HEADER_LIST_SIZE: DEFAULT_MAX_HEADER_LIST_SIZE,
+            SettingCodes.MAX_HEADER_LIST_SIZE: self.server.max_header_list_size,
         }
         self._h2.local_settings = Settings(client=False, initial_values=settings)
         self._h2.initiate_connection()
@@ -307,6 +353,9 @@ class ScriptedConnection(asyncio.Protocol):
         # advertised SETTINGS went out, and _on_request enforces the advertised one.
         settings[SettingCodes.MAX_CONCURRENT_STREAMS] = 2**31 - 1
         self._h2.local_settings = Settings(client=False, initial_values=settings)
+        # Taken as current values, these are never acknowledged as changes: the
+        # header list limit is applied here, to the first request on.
+        self._h2.decoder.max_header_list_size = self.server.max_header_list_size
         self._h2.increment_flow_control_window(CONNECTION_WINDOW_BOOST)
         self._flush()
 
@@ -406,6 +455,12 @@ class ScriptedConnection(asyncio.Protocol):
         self.pings_received += 1
         self.ping_times.append(asyncio.get_running_loop().time())
 
+    def _on_ping_ack(self, event: h2.events.PingAckReceived) -> None:
+        self.ping_acks_received.append(event.ping_data)
+
+    def _on_settings_ack(self, event: h2.events.SettingsAcknowledged) -> None:
+        self.settings_acked += 1
+
     def _on_goaway(self, payload: bytes) -> bool:
         """Note the client's GOAWAY; False if it was malformed (and ended us)."""
         if len(payload) < 8:
@@ -458,7 +513,9 @@ class ScriptedConnection(asyncio.Protocol):
         self._write(data)
 
     def _write(self, data: bytes) -> None:
-        if data and self._transport is not None and not self._transport.is_closing():
+        if self._corked is not None:
+            self._corked += data
+        elif data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
 
     def _shutdown(self) -> None:
@@ -492,8 +549,12 @@ class ScriptedUpstream:
         initial_window_size: int = 65535,
         auto_ping_ack: bool = True,
         alpn_protocols: Sequence[str] | None = ("h2",),
+        max_header_list_size: int = DEFAULT_MAX_HEADER_LIST_SIZE,
     ) -> None:
         self.handler: Handler = handler or echo_handler
+        #: Advertised and enforced as h2 enforces it: a request head over it ends
+        #: the connection with GOAWAY ENHANCE_YOUR_CALM, as many servers do.
+        self.max_header_list_size = max_header_list_size
         self.ssl_context = ssl_context
         self.host = host
         self.port = port

@@ -38,6 +38,12 @@ class FramePlan:
     ending: str
     garbage: bytes
 
+    def header_list_limited(self) -> bool:
+        """Whether the plan's SETTINGS announce a header list limit smaller than
+        the test's request heads: h2ping then answers them 431 itself."""
+        maps = [self.settings] + [step[1] for step in self.steps if step[0] == "settings"]
+        return any(m.get(6, 4096) < 4096 for m in maps)
+
     def statuses(self) -> set[int]:
         """Final statuses the plan's HEADERS frames could pass to the client."""
         return {

@@ -14,18 +14,26 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import pytest
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame, PingFrame
 
 from h2ping.check.command import check_ssl_context, report, text_lines
+from h2ping.check.connection import printable
 from h2ping.check.probe import Findings, probe
 from h2ping.process import cli
-from h2ping.process.flags import help_text, parse_check_command_line
+from h2ping.process.flags import (
+    SettingError,
+    UsageError,
+    help_text,
+    parse_check_command_line,
+    parse_command_line,
+)
 from h2ping.testing import RawPeer, RawUpstream, ScriptedRequest, ScriptedUpstream
 
-from ..conftest import TLSFiles, free_port
+from ..conftest import TLSFiles, free_port, running_proxy
 from ..nginx import run_nginx
 
 #: The command's environment: none of the caller's H2PING_* settings.
@@ -139,7 +147,7 @@ async def test_an_error_status_is_a_note_not_a_failure() -> None:
         findings, lines, _ = await check("-upstream", upstream.url, "-path", "/nope?x=1")
     assert findings.usable
     assert value(lines, "request").startswith("GET /nope?x=1: 404, first byte in ")
-    assert value(lines, "request").endswith("(server: scripted?)")  # control bytes masked
+    assert value(lines, "request").endswith("(server: scripted\\x01)")  # escaped as Python does
     assert value(lines, "note") == (
         "GET /nope?x=1 answered 404: check -path, and the upstream's base path it is joined to"
     )
@@ -335,6 +343,35 @@ async def test_tls_server_offering_only_http1(tls: TLSFiles) -> None:
     assert not [ln for ln in lines if ln.startswith(("http/2", "settings", "pings"))]
 
 
+async def test_the_proxys_502_words_it_as_the_check_does(tls: TLSFiles) -> None:
+    """Both offer ALPN h2 alone (as the Go binary does); the server picks nothing,
+    and both ask it what it speaks, and say so in the same words."""
+
+    async def http1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        writer.close()
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(tls.cert_file, tls.key_file)
+    context.set_alpn_protocols(["http/1.1"])
+    server = await asyncio.start_server(http1, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    url = f"https://127.0.0.1:{port}"
+    async with server:
+        findings, _, _ = await check("-upstream", url, "-ca-file", tls.ca_file)
+        async with (
+            running_proxy(url, ca_file=tls.ca_file) as proxy,
+            aiohttp.ClientSession() as session,
+            session.get(proxy.url + "/v1/models") as resp,
+        ):
+            assert resp.status == 502
+            body = await resp.text()
+            status = resp.headers["proxy-status"]
+    said = f"127.0.0.1:{port} did not negotiate HTTP/2 with ALPN (got http/1.1): h2ping needs h2"
+    assert findings.problem == said
+    assert said in body and "error=tls_protocol_error" in status, (status, body)
+
+
 @pytest.mark.parametrize(
     ("scheme", "why"),
     [
@@ -471,6 +508,49 @@ def test_check_is_dispatched_on_the_first_argument(capsys: pytest.CaptureFixture
     )
 
 
+def test_the_url_may_be_given_alone_before_or_after_the_flags() -> None:
+    # As curl and h2load take it.
+    for argv in (["http://a:81", "-pings", "4"], ["-pings", "4", "http://a:81"]):
+        command_line = parse_check_command_line(argv, {})
+        assert (str(command_line.config.upstream), command_line.check.pings) == ("http://a:81", 4)
+    with pytest.raises(UsageError, match='the URL is given twice: "http://a" and -upstream'):
+        parse_check_command_line(["http://a", "-upstream", "http://b"], {})
+    with pytest.raises(UsageError, match='unexpected argument "http://b": -upstream is given'):
+        parse_check_command_line(["-upstream", "http://a", "http://b"], {})
+    with pytest.raises(SettingError, match='-upstream: invalid URL "ftp://x"'):
+        parse_check_command_line(["ftp://x"], {})
+
+
+async def test_the_url_given_alone_is_checked() -> None:
+    async with ScriptedUpstream() as upstream:
+        code, out, err = await run_command(upstream.url, "-pings", "1")
+    assert (code, err) == (0, ""), out
+    assert out.splitlines()[0] == f"upstream     {upstream.url}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["chek", "-upstream", "http://x"], 'unknown command "chek" (did you mean check?)'),
+        (["Check", "http://x"], 'unknown command "Check" (did you mean check?)'),
+        (["https://x"], 'unknown command "https://x" (did you mean -upstream https://x?)'),
+        (["serve", "-upstream", "http://x"],
+         'unknown command "serve" (the commands: check; the proxy takes flags, see -h)'),
+    ],
+)  # fmt: skip
+def test_an_unknown_command_is_named(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == f"h2ping: {message}\n"
+
+
+def test_a_bare_word_after_the_flags_is_no_command() -> None:
+    # Go's flags end at the first bare word, which the Go binary ignores: so does h2ping.
+    command_line = parse_command_line(["-upstream", "http://x", "chek"], {})
+    assert command_line.notes[0].startswith('ignoring "chek": flags end at the first argument')
+
+
 async def test_http_to_a_tls_port_says_to_use_https(tls: TLSFiles) -> None:
     """A TLS server hangs up on the h2c preface without a word: the check then
     tries a TLS handshake on the same port and says what it found."""
@@ -519,8 +599,66 @@ async def test_a_text_answer_says_the_port_speaks_http1() -> None:
         server.shutdown()
         server.server_close()
     assert findings.problem is not None
-    assert findings.problem.endswith("not HTTP/2: it speaks HTTP/1.x"), findings.problem
+    # The proxy's words, then the start of the text, escaped as Python escapes it.
+    assert findings.problem.endswith(
+        'answered with text, not HTTP/2: it speaks HTTP/1.x (it began "<!DOCTYPE HTML>\\n<htm")'
+    ), findings.problem
     assert "frame of" not in findings.problem
+
+
+@pytest.mark.parametrize("answer", ["status line", "text"])
+async def test_the_proxys_502_says_what_the_check_says_of_an_http1_port(answer: str) -> None:
+    """One wording for a port that speaks HTTP/1.x where HTTP/2 was expected: the
+    proxy's 502 says it as the check does, not as a malformed frame."""
+    import http.server
+    import threading
+
+    async def http1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)  # the HTTP/2 preface
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server: Any = None
+    if answer == "status line":
+        server = await asyncio.start_server(http1, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        said = "answered in HTTP/1.x, not HTTP/2"
+    else:  # http.server answers "PRI * HTTP/2.0" with an error page and no status line
+        server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), http.server.BaseHTTPRequestHandler
+        )
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_port
+        said = "answered with text, not HTTP/2: it speaks HTTP/1.x"
+    try:
+        findings, _, _ = await check("-upstream", f"http://127.0.0.1:{port}")
+        async with (
+            running_proxy(f"http://127.0.0.1:{port}") as proxy,
+            aiohttp.ClientSession() as session,
+            session.get(proxy.url + "/") as resp,
+        ):
+            assert resp.status == 502
+            body = await resp.text()
+    finally:
+        if answer == "status line":
+            server.close()
+        else:
+            server.shutdown()
+            server.server_close()
+    assert findings.problem is not None and findings.problem.startswith(
+        f"127.0.0.1:{port} {said}"
+    ), findings.problem
+    # http_protocol_error, or connection_terminated for a request that waited for the dial
+    assert body.startswith("h2ping: ") and body.endswith(f": {said}\n"), body
+
+
+def test_printable_escapes_as_python_does() -> None:
+    raw = b'<!DOCTYPE HTML>\n<a href="x">\\\r\t\x00\xff'
+    text = printable(raw)
+    assert text == '<!DOCTYPE HTML>\\n<a href=\\"x\\">\\\\\\r\\t\\x00\\xff'
+    assert eval(f'b"{text}"') == raw  # read back as a Python literal, nothing lost
+    assert printable(b"abcdef", 3) == "abc"
 
 
 async def test_a_server_without_tickets_does_not_resume(tls: TLSFiles) -> None:

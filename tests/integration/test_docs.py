@@ -11,6 +11,9 @@
 
   ``<!-- test: runs -->``                 runs as one script, must exit 0
   ``<!-- test: runs after install -->``   the same, without the venv and pip steps
+  ``<!-- test: runs as pasted -->``       as pasted into a shell: one ``bash -c``
+                                          without ``set -e``, background jobs and
+                                          all; it must exit 0 and leave no process
   ``...; output has "TEXT"``              and its output must contain TEXT
   ``<!-- test: serves -->``               each command starts a proxy, which must
                                           serve a request and stop on SIGTERM
@@ -18,9 +21,10 @@
   ``<!-- test: skip, REASON -->``         not run; the reason is the skip's
 
   In what runs, ``https://api.example.com`` is a scripted HTTP/2 server (h2c) on
-  loopback, ports 1250 and 9901 of 127.0.0.1 are free ports (``H2PING_LISTEN`` names
-  the first, for commands that leave ``-listen`` at its default), and ``/tmp/`` is the
-  test's own directory.
+  loopback, ports 1250, 9901 and 8443 of 127.0.0.1 are free ports (``H2PING_LISTEN``
+  names the first, for commands that leave ``-listen`` at its default; ``--port 8443``
+  moves with the last), and ``/tmp/`` is the test's own directory, where the examples
+  run.
 """
 
 from __future__ import annotations
@@ -375,7 +379,7 @@ def test_every_page_is_linked_from_the_front_page() -> None:
 
 # --- shell examples -----------------------------------------------------------------------
 
-_KINDS = ("runs", "runs after install", "serves", "script", "skip")
+_KINDS = ("runs", "runs after install", "runs as pasted", "serves", "script", "skip")
 
 
 def kind(marker: str) -> str:
@@ -388,6 +392,14 @@ def test_every_shell_example_says_how_it_is_tested() -> None:
     assert not unmarked, f"shell blocks without a <!-- test: ... --> marker: {unmarked}"
     unknown = [f"{b.id}: {b.marker}" for b in shell_blocks() if kind(b.marker or "") not in _KINDS]
     assert not unknown, f"markers of no known kind ({', '.join(_KINDS)}): {unknown}"
+    # A server started in the background is waited for, or what follows runs too soon.
+    unwaited = [
+        b.id
+        for b in shell_blocks()
+        if re.search(r"&(\s|$)(?!&)", b.text.replace("&&", ""))
+        and (kind(b.marker or "") not in ("runs as pasted", "script") or "ready" not in b.text)
+    ]
+    assert not unwaited, f"blocks that start a server and wait for no ready file: {unwaited}"
     no_reason = [b.id for b in shell_blocks() if re.fullmatch(r"skip,?\s*", b.marker or "")]
     assert not no_reason, f"skipped without a reason: {no_reason}"
     for path in PAGES:
@@ -446,13 +458,14 @@ class Place:
     upstream: str
     directory: Path
     ports: dict[str, str] = dataclasses.field(
-        default_factory=lambda: {p: str(free_port()) for p in ("1250", "9901")}
+        default_factory=lambda: {p: str(free_port()) for p in ("1250", "9901", "8443")}
     )
 
     def fill(self, text: str) -> str:
         text = text.replace("https://api.example.com", self.upstream)
         for port, free in self.ports.items():
             text = text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free}")
+            text = re.sub(rf"--port {port}\b", f"--port {free}", text)
         return text.replace("/tmp/", f"{self.directory}/")
 
     def env(self) -> dict[str, str]:
@@ -481,6 +494,15 @@ async def running(script: str, place: Place | None = None) -> AsyncIterator[Runn
             os.killpg(proc.pid, signal.SIGKILL)
         procguard.reaper().forget(proc.pid)
         await proc.wait()
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of the group ``pgid`` is left (one that a script started)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def commands(script: str) -> list[str]:
@@ -552,8 +574,16 @@ async def test_shell_example_runs(block: Block, upstream: ScriptedUpstream, tmp_
         (tmp_path / name).write_text(script)
         (tmp_path / name).chmod(0o755)
         script = shlex.join([f"./{name}", *args])
-    async with running(f"set -e\n{script}", place) as proc:
-        code = await proc.wait()
+    if what == "runs as pasted":
+        # As a shell runs what is pasted into it: each line in turn, on whatever the
+        # one before did; what it started in the background it must have stopped.
+        async with running(script, place) as proc:
+            code = await proc.wait()
+            left = group_alive(proc.proc.pid)
+        assert not left, f"{block.id} left a process running:\n{proc.output}"
+    else:
+        async with running(f"set -e\n{script}", place) as proc:
+            code = await proc.wait()
     assert code == 0, f"{block.id} exited {code}:\n{proc.output}"
     wanted = expected_output(marker)
     if wanted is not None:

@@ -10,6 +10,8 @@ import pathlib
 from typing import Any
 
 import h2
+import h2.connection
+import h2.exceptions
 import httptools
 import pytest
 
@@ -28,6 +30,13 @@ def test_every_h2_message_text_matched_is_in_the_installed_h2() -> None:
         path.read_text() for path in pathlib.Path(inspect.getfile(h2)).parent.glob("*.py")
     )
     missing = {start for start, _ in h2errors._H2_MESSAGE_TEXT if start not in source}
+    # h2's state machines' refusals, as the installed h2 words them.
+    machine = h2.connection.H2ConnectionStateMachine()
+    machine.state = h2.connection.ConnectionState.CLOSED
+    with pytest.raises(h2.exceptions.ProtocolError) as refused:
+        machine.process_input(h2.connection.ConnectionInputs.RECV_PING)
+    if h2errors._STATE_MACHINE.match(str(refused.value)) is None:
+        missing.add("Invalid input")
     # h2 4.1.0, the oldest tested, does not check for conflicting values yet.
     newer = {"Conflicting content-length"} if h2.__version__.startswith("4.1.") else set()
     assert missing <= newer

@@ -74,6 +74,14 @@ BAD_REQUESTS = {
     "HTTP/2 preface": (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 400),
     "HTTP/2.0 request line": (b"GET / HTTP/2.0\r\n\r\n", 505),
     "HTTP/0.9 request line": (b"GET /\r\n\r\n", 505),
+    # asterisk-form is for OPTIONS only (RFC 9112 3.2.4, RFC 9113 8.3.1)
+    "GET *": (b"GET * HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    "POST *": (b"POST * HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 400),
+    # HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1): faulty framing
+    "HTTP/1.0 with Transfer-Encoding": (
+        b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        400,
+    ),
     # Host (RFC 9112 section 3.2)
     "HTTP/1.1 without Host": (b"GET / HTTP/1.1\r\n\r\n", 400),
     "two Host fields": (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
@@ -247,3 +255,43 @@ def test_reason_phrases_are_the_standard_ones() -> None:
         assert phrase == http.HTTPStatus(status).phrase.encode(), status
     assert reason_phrase(418) == http.HTTPStatus(418).phrase.encode()
     assert reason_phrase(599) == b""
+
+
+@pytest.mark.parametrize(
+    ("head", "reason"),
+    [
+        (b"GET * HTTP/1.1\r\nHost: a\r\n", b"request target * is only valid with OPTIONS"),
+        (
+            b"PUT / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n",
+            b"Transfer-Encoding in an HTTP/1.0 request",
+        ),
+    ],
+)
+async def test_framing_and_target_rules_say_what_is_wrong(head: bytes, reason: bytes) -> None:
+    async with proxy_and_upstream() as (proxy, up):
+        raw = await send_raw(proxy.port, head + b"\r\n")
+        assert up.requests == []
+    assert raw.startswith(b"HTTP/1.1 400 ")
+    assert b"connection: close" in raw.partition(b"\r\n\r\n")[0]
+    assert reason in raw.partition(b"\r\n\r\n")[2]
+
+
+@pytest.mark.parametrize(
+    ("target", "base", "path"),
+    [
+        (b"*", "", "*"),
+        (b"*", "/v1?key=k", "*"),  # a base path cannot narrow the server as a whole
+        (b"http://x", "/v1", "*"),  # absolute-form without a path (RFC 9112 3.2.4)
+        (b"http://x/a", "/v1", "/v1/a"),
+    ],
+)
+async def test_options_asterisk_reaches_the_upstream_as_path_asterisk(
+    target: bytes, base: str, path: str
+) -> None:
+    async with ScriptedUpstream(echo) as up, running_proxy(up.url + base) as proxy:
+        raw = await send_raw(
+            proxy.port, b"OPTIONS %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % target
+        )
+        assert [request.path for request in up.requests] == [path]
+        assert [request.method for request in up.requests] == ["OPTIONS"]
+    assert raw.startswith(b"HTTP/1.1 200 ")

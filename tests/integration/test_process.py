@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 from collections.abc import AsyncIterator
@@ -112,8 +114,10 @@ async def test_port_in_use_exits_1_with_message() -> None:
             _, stderr = await asyncio.wait_for(proc.communicate(), 10)
     assert proc.returncode == 1
     [line] = stderr.decode().strip().splitlines()
+    # The Go binary's words, which launchers key on, then what to change.
     assert line.endswith(
-        f"ERROR h2ping 127.0.0.1: cannot bind 127.0.0.1:{port}: address already in use"
+        f"ERROR h2ping 127.0.0.1: cannot bind 127.0.0.1:{port}: address already in use "
+        "(another process has this port: choose another with -listen)"
     )
 
 
@@ -128,6 +132,23 @@ async def test_non_loopback_warning_comes_before_the_listening_line() -> None:
         assert await asyncio.wait_for(proc.wait(), 10) == 0
     assert f"WARNING h2ping genrm: listen address 0.0.0.0:{port} is not loopback" in warning
     assert f"INFO h2ping genrm: listening on 0.0.0.0:{port} -> https://upstream.example" in line
+
+
+async def test_a_non_loopback_admin_address_is_warned_of_too() -> None:
+    port, admin = free_port(), free_port()
+    async with h2ping_process(
+        "-listen", f"127.0.0.1:{port}", "-admin-listen", f"0.0.0.0:{admin}",
+        "-upstream", "https://upstream.example", "-name", "genrm",
+    ) as proc:  # fmt: skip
+        warning = await read_line_with(proc, "h2ping genrm:")
+        line = await read_line_with(proc, "h2ping genrm:")
+        proc.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    assert (
+        f"WARNING h2ping genrm: admin address 0.0.0.0:{admin} is not loopback and h2ping "
+        "has no authentication" in warning
+    )
+    assert "listening on 127.0.0.1" in line
 
 
 @pytest.mark.parametrize("log_format", ["text", "json"])
@@ -324,3 +345,96 @@ async def test_a_ready_file_someone_else_wrote_is_left_alone(tmp_path: Path) -> 
         ready.write_text("999999\n")  # a successor started with the same path
         assert await launched.terminate() == 0
         assert ready.read_text() == "999999\n"
+
+
+# --- a signal while it starts, and the lines docs/observability.md lists ------------------
+
+
+async def blocked_in_fifo_open(pid: int) -> None:
+    """Until ``pid`` waits in the open of a FIFO for its reader (the kernel says so)."""
+    wchan = Path(f"/proc/{pid}/wchan")
+    async with asyncio.timeout(30):
+        while wchan.read_text() not in ("wait_for_partner", "fifo_open"):
+            await asyncio.sleep(0.02)
+
+
+@pytest.mark.parametrize("admin", [False, True], ids=["plain", "admin"])
+async def test_sigterm_while_starting_exits_0_without_the_listening_line(
+    tmp_path: Path, admin: bool
+) -> None:
+    """The access log is a FIFO, whose open waits for a reader: the signal comes
+    then, in the middle of the start. Nothing was listening yet, so nothing drains:
+    one line, as documented, no listening line, no ready file, exit 0."""
+    fifo, ready = tmp_path / "access.fifo", tmp_path / "h2ping.ready"
+    os.mkfifo(fifo)
+    flags = ["-listen", "127.0.0.1:0", "-upstream", "http://127.0.0.1:9",
+             "-access-log", str(fifo), "-ready-file", str(ready)]  # fmt: skip
+    if admin:  # the start then waits for the admin listener too
+        flags += ["-admin-listen", "127.0.0.1:0"]
+    async with h2ping_process(*flags) as proc:
+        await blocked_in_fifo_open(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the open goes on
+        try:
+            _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+        finally:
+            os.close(reader)
+    messages = [line.split(": ", 1)[1] for line in stderr.decode().splitlines()]
+    assert (proc.returncode, messages) == (0, ["interrupted during startup: exiting"])
+    assert not ready.exists()
+    assert documented("interrupted during startup: exiting")
+
+
+def documented_lines() -> list[re.Pattern[str]]:
+    """Each log line docs/observability.md lists under "Log lines", as a pattern:
+    its capitalised words (ADDR, URL, N), ``<reason>`` and ``...`` stand for any
+    text, a duration for any duration."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    part = text.split("## Log lines", 1)[1].split("\n## ", 1)[0]
+    patterns = []
+    for row in (ln for ln in part.splitlines() if ln.startswith("| ")):
+        for span in re.findall(r"`([^`]+)`", row.split("|")[2]):
+            pattern = re.escape(span)
+            pattern = re.sub(r"\\\.\\\.\\\.|<[^>]+>", ".+", pattern)
+            pattern = re.sub(r"\b[A-Z][A-Z_]*\b", r"\\S+", pattern)
+            pattern = re.sub(r"\d+(?:\\\.\d+)?s\b", r"[\\d.]+s", pattern)
+            patterns.append(re.compile(pattern))
+    return patterns
+
+
+def documented(message: str) -> bool:
+    return any(p.fullmatch(message) for p in documented_lines())
+
+
+async def test_the_start_and_stop_lines_are_those_documented(tls: TLSFiles) -> None:
+    """A start, a drain with a request in flight, a second signal: every line it
+    prints is one docs/observability.md lists (the capacity line is docs/sizing.md's)."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # accepts, never answers: the request stays in flight
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    upstream = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    port = free_port()
+    async with (
+        server,
+        h2ping_process("-listen", f"127.0.0.1:{port}", "-upstream", upstream,
+                       "-admin-listen", "127.0.0.1:0", "-connect-timeout", "60s") as proc,
+        aiohttp.ClientSession() as session,
+    ):  # fmt: skip
+        before = await lines_until(proc, "admin endpoint on")
+        request = asyncio.ensure_future(session.get(f"http://127.0.0.1:{port}/slow"))
+        await asyncio.sleep(0.5)  # the request waits for the dial
+        proc.send_signal(signal.SIGTERM)
+        during = await lines_until(proc, "draining")
+        proc.send_signal(signal.SIGTERM)
+        _, rest = await asyncio.wait_for(proc.communicate(), 30)
+        request.cancel()
+        with contextlib.suppress(asyncio.CancelledError, aiohttp.ClientError):
+            await request
+    assert proc.returncode == 1
+    messages = [ln.split(": ", 1)[1] for ln in [*before, *during, *rest.decode().splitlines()]]
+    undocumented = [m for m in messages if not documented(m) and not m.startswith("capacity: ")]
+    assert not undocumented, f"printed, not in docs/observability.md: {undocumented}"
+    assert "SIGTERM: draining 1 in-flight request (up to 60s)" in messages, messages
+    assert "second SIGTERM: exiting now" in messages, messages

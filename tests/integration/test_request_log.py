@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import signal
@@ -25,6 +26,7 @@ from ..conftest import (
     running_proxy,
     scrape_metrics,
     scripted,
+    send_raw,
     wait_until,
 )
 from ..launcher import H2PING_SIDECAR, launch
@@ -258,3 +260,35 @@ def test_an_access_log_that_cannot_be_opened_stops_the_start(tmp_path: Path) -> 
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert f"cannot open -access-log {missing}: no such file or directory" in done.stderr
+
+
+async def test_userinfo_and_fragments_never_reach_a_log_line(
+    tls: TLSFiles, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An absolute-form target may carry ``user:password@``, any target a
+    ``#fragment``: neither is logged, in the access log or the proxy's own lines
+    (a 502 names its request)."""
+    caplog.set_level(logging.INFO, logger="h2ping")
+    path = tmp_path / "access.log"
+    targets = [
+        b"http://alice:" + SECRET.encode() + b"@upstream.example/v1/a#" + SECRET.encode(),
+        b"/reset/b#" + SECRET.encode(),
+        b"https://" + SECRET.encode() + b"@upstream.example?x=" + SECRET.encode(),
+    ]
+    async with (
+        scripted(tls, model) as upstream,
+        running_proxy(upstream.url, tls, access_log=str(path)) as proxy,
+    ):
+        for target in targets:
+            raw = await send_raw(
+                proxy.port, b"GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % target
+            )
+            assert raw.startswith((b"HTTP/1.1 200 ", b"HTTP/1.1 502 ")), raw[:40]
+    lines = path.read_text().splitlines()
+    assert [parse_text_line(line)["path"] for line in lines] == [
+        "http://upstream.example/v1/a",
+        "/reset/b",
+        "https://upstream.example",
+    ]
+    assert "alice" not in caplog.text and SECRET not in caplog.text
+    assert "GET /reset/b conn=1" in caplog.text  # the 502's line names its request

@@ -216,6 +216,17 @@ async def data_after_reset(peer: RawPeer, stream_id: int, client: BadClient) -> 
     peer.send(DataFrame(stream_id, b"late", flags=["END_STREAM"]).serialize())
 
 
+def status_of(value: str) -> BadAnswer:
+    """A response whose ``:status`` is ``value``."""
+
+    async def answer(peer: RawPeer, stream_id: int, client: BadClient) -> None:
+        fields = [(":status", value), ("content-length", "2")]
+        peer.send(peer.headers_frame(stream_id, fields))
+        peer.send(DataFrame(stream_id, b"no", flags=["END_STREAM"]).serialize())
+
+    return answer
+
+
 PROTOCOL = "error=http_protocol_error"
 # case: (bad answer, status the client of /bad sees (0: its response is cut
 # after the head), words in its Proxy-Status)
@@ -230,6 +241,10 @@ CASES: dict[str, tuple[BadAnswer, int, str]] = {
     "1xx after the final response": (informational_after_final, 0, ""),
     "HEADERS after END_STREAM": (headers_after_end_stream, 200, ""),
     "DATA after RST_STREAM": (data_after_reset, 502, "stream reset by upstream"),
+    # :status is three digits, 100 to 599 (RFC 9110 section 15)
+    ":status 099": (status_of("099"), 502, "invalid :status"),
+    ":status 600": (status_of("600"), 502, "invalid :status"),
+    ":status 000": (status_of("000"), 502, "invalid :status"),
 }
 
 

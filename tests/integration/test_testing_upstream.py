@@ -14,6 +14,7 @@ import trustme
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.errors import ErrorCodes
+from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame
 
 from h2ping.http2.engine.frames import FrameSplitter
@@ -385,6 +386,32 @@ async def test_auto_ping_ack_false_holds_from_the_start() -> None:
         (ack,) = client.of(h2.events.PingAckReceived)
         assert ack.ping_data == b"12345678"
         assert server.connections[0].held_ping_acks == 0
+
+
+async def test_control_frames_of_its_own_held_by_a_cork_and_acknowledged() -> None:
+    server = ScriptedUpstream()
+    async with serving(server) as client:
+        await server.wait_for(lambda: bool(server.connections))
+        connection = server.connections[0]
+        await server.wait_for(lambda: connection.settings_acked == 1)  # the first SETTINGS
+        seen = len(client.events)
+        window = client.conn.outbound_flow_control_window
+        with connection.corked():
+            connection.ping(b"servping")
+            connection.update_settings({SettingCodes.INITIAL_WINDOW_SIZE: 1 << 20})
+            connection.window_update(1000)
+            await asyncio.sleep(0.05)  # held: nothing reaches the client meanwhile
+            assert len(client.events) == seen
+        await client.wait(lambda: bool(client.of(h2.events.WindowUpdated)))
+        kinds = [type(e) for e in client.events[seen:]]
+        assert kinds == [
+            h2.events.PingReceived,
+            h2.events.RemoteSettingsChanged,
+            h2.events.WindowUpdated,
+        ]
+        await server.wait_for(lambda: connection.settings_acked == 2)
+        assert connection.ping_acks_received == [b"servping"]
+        assert client.conn.outbound_flow_control_window == window + 1000
 
 
 async def test_stop_cancels_handlers_and_leaves_no_tasks() -> None:

@@ -159,3 +159,37 @@ async def test_a_ca_file_without_a_usable_certificate(
     assert str(caught.value) == f"{problem} in {pem}"
     assert caught.value.reason == f"{problem} in the file"  # the command names the file
     assert isinstance(caught.value, ssl.SSLError)  # what the command reports as a ca-file error
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])
+async def test_a_server_without_http2_gets_no_preface_counted(
+    scheme: str, tls: TLSFiles, session: aiohttp.ClientSession
+) -> None:
+    """Over TLS, a handshake without ALPN h2 ends the connection before h2ping
+    says anything on it; in h2c, the preface and its PING went out but no HTTP/2
+    came back. Either way no connection opened, and the counters say none did:
+    no PING that measured a link, no PING at all."""
+    received: list[bytes] = []
+
+    async def http1(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.append(await reader.read(65536))
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        writer.close()
+
+    context = None
+    if scheme == "https":
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+        context.set_alpn_protocols(["http/1.1"])
+    server = await asyncio.start_server(http1, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    async with server, running_proxy(f"{scheme}://127.0.0.1:{port}", ca_file=tls.ca_file) as p:
+        for _ in range(2):
+            async with session.get(p.url + "/") as resp:
+                assert resp.status == 502
+        summary = p.summary()
+    assert "connections_opened=0" in summary, summary
+    assert "window_pings=0" in summary and "pings_sent=0" in summary, summary
+    assert "tls_resumptions=0" in summary, summary  # no session of such a server is kept
+    if scheme == "https":  # nothing written after the handshake, not even the preface
+        assert set(received) <= {b""}, received

@@ -100,7 +100,8 @@ async def test_workers_exit_1_when_the_port_is_taken() -> None:
             _, stderr = await asyncio.wait_for(proc.communicate(), 10)
     assert proc.returncode == 1
     [line] = stderr.decode().splitlines()  # the parent's: no worker was started
-    assert line.endswith(f"cannot bind 127.0.0.1:{port}: address already in use"), line
+    assert f"cannot bind 127.0.0.1:{port}: address already in use (" in line, line
+    assert line.endswith("choose another with -listen)"), line
 
 
 def worker_flags(port: int, upstream: str, ready: Path, workers: int = 2) -> list[str]:

@@ -66,9 +66,9 @@ class Setup:
 def test_a_completed_request_counts_its_latencies_and_leaves_one_line() -> None:
     setup = Setup()
     setup.later(0.5)
-    setup.account.sent()
+    setup.account.sent([], 1, 1)
     setup.later(0.25)
-    setup.account.response_head(200)
+    setup.account.response_head(200, [(b":status", b"200")])
     setup.writer.started, setup.writer.body_bytes = True, 7
     setup.later(1.0)
     setup.ended("ok")
@@ -81,11 +81,11 @@ def test_a_completed_request_counts_its_latencies_and_leaves_one_line() -> None:
 
 def test_time_to_headers_counts_from_the_latest_attempt() -> None:
     setup = Setup()
-    setup.account.sent()
+    setup.account.sent([], 1, 1)
     setup.later(2.0)  # refused, then sent again
-    setup.account.sent()
+    setup.account.sent([], 1, 1)
     setup.later(0.5)
-    setup.account.response_head(204)
+    setup.account.response_head(204, [(b":status", b"204")])
     setup.writer.started = True
     setup.ended("ok")
     assert setup.stats.upstream_headers.total == 0.5
@@ -94,7 +94,7 @@ def test_time_to_headers_counts_from_the_latest_attempt() -> None:
 
 def test_a_502_counts_as_failed_with_the_status_the_client_got() -> None:
     setup = Setup()
-    setup.account.sent()
+    setup.account.sent([], 1, 1)
     setup.account.error_response(502)
     setup.ended("failed", 502)
     assert (setup.stats.failed, setup.stats.responses["5xx"]) == (1, 1)
@@ -105,8 +105,8 @@ def test_a_502_counts_as_failed_with_the_status_the_client_got() -> None:
 
 def test_a_retracted_response_head_is_uncounted_and_the_502_counted_instead() -> None:
     setup = Setup()
-    setup.account.sent()
-    setup.account.response_head(200)
+    setup.account.sent([], 1, 1)
+    setup.account.response_head(200, [(b":status", b"200")])
     setup.account.response_retracted()  # the writer is no longer started
     setup.account.error_response(502)
     setup.ended("failed", 502)
@@ -116,8 +116,8 @@ def test_a_retracted_response_head_is_uncounted_and_the_502_counted_instead() ->
 
 def test_an_aborted_response_logs_the_upstreams_status() -> None:
     setup = Setup()
-    setup.account.sent()
-    setup.account.response_head(200)
+    setup.account.sent([], 1, 1)
+    setup.account.response_head(200, [(b":status", b"200")])
     setup.writer.started = True
     setup.ended("aborted")
     assert (setup.stats.aborted, setup.stats.responses["2xx"]) == (1, 1)
@@ -153,8 +153,8 @@ def test_without_an_access_log_only_the_counters_change() -> None:
 
 def test_a_status_given_wins_over_the_upstreams() -> None:
     setup = Setup()
-    setup.account.sent()
-    setup.account.response_head(200)
+    setup.account.sent([], 1, 1)
+    setup.account.response_head(200, [(b":status", b"200")])
     setup.writer.started = True  # then the request body turned out malformed
     setup.ended("rejected", 400)
     assert setup.log.entries[0][3] == 400

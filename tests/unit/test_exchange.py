@@ -69,6 +69,9 @@ class FakeSlot:
 
     def __init__(self, pool: FakePool) -> None:
         self._pool = pool
+        self.header_list_limit = pool.header_list_limit
+        pool.slots.append(self)
+        self.released = False
 
     def open(self, headers: Any, sink: Exchange, *, end_stream: bool) -> FakeStream:
         stream = FakeStream(2 * len(self._pool.streams) + 1, sink, end_stream)
@@ -76,20 +79,23 @@ class FakeSlot:
         return stream
 
     def release(self) -> None:
-        pass
+        self.released = True
 
 
 class FakePool:
-    """Always a free slot; ``answered`` counts the upstream's answers to others."""
+    """Always a free slot; ``answered`` counts the upstream's answers to others;
+    its connections' peers take heads up to ``header_list_limit`` (None: any)."""
 
     def __init__(self) -> None:
         self.streams: list[FakeStream] = []
+        self.slots: list[FakeSlot] = []
         self.answered = 0
+        self.header_list_limit: int | None = None
 
     def try_acquire(self) -> FakeSlot:
         return FakeSlot(self)
 
-    async def acquire(self) -> FakeSlot:
+    async def acquire(self, *, early: bool = True) -> FakeSlot:
         return FakeSlot(self)
 
 
@@ -136,10 +142,16 @@ class Sink:
 
 class Setup:
     def __init__(
-        self, body: bytes = b"abc", retry_body_limit: int = 1024, *, chunked: bool = False
+        self,
+        body: bytes = b"abc",
+        retry_body_limit: int = 1024,
+        *,
+        chunked: bool = False,
+        header_list_limit: int | None = None,
     ) -> None:
         """``chunked``: the body has no declared length and is still arriving."""
         self.pool = FakePool()
+        self.pool.header_list_limit = header_list_limit
         self.stats = Stats()
         self.clock = FakeLoop()
         self.sink = Sink()
@@ -180,6 +192,28 @@ class Setup:
                 self.pool.answered += 1
             self.stream.sink.on_error(refused())
             self.clock.run_due()
+
+
+# The mapped head of Setup's request, as SETTINGS_MAX_HEADER_LIST_SIZE counts it:
+# :method POST, :scheme https, :authority api.example, :path /r, content-length 3.
+SETUP_HEAD = (7 + 4) + (7 + 5) + (10 + 11) + (5 + 2) + (14 + 1) + 5 * 32
+
+
+def test_a_head_over_the_peers_limit_is_431_and_opens_no_stream() -> None:
+    setup = Setup(header_list_limit=SETUP_HEAD - 1)
+    assert setup.pool.streams == []
+    (slot,) = setup.pool.slots
+    assert slot.released  # given back unused
+    assert setup.sink.out.startswith(b"HTTP/1.1 431 ")
+    assert b"proxy-status: h2ping; error=http_request_error" in setup.sink.out
+    assert b"request header section of %d bytes" % SETUP_HEAD in setup.sink.out
+    assert (setup.stats.replays, setup.stats.rejected, setup.stats.failed) == (0, 1, 0)
+    assert not setup.live
+
+
+def test_a_head_at_the_peers_limit_goes() -> None:
+    setup = Setup(header_list_limit=SETUP_HEAD)
+    assert setup.stream.sent == [b"abc"]
 
 
 def test_a_refused_stream_is_replayed_at_once_with_the_whole_body() -> None:

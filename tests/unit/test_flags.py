@@ -17,6 +17,7 @@ from h2ping.config import (
     parse_listen,
     parse_upstream,
 )
+from h2ping.egress import ProxySetting, ProxyURL
 from h2ping.process.flags import (
     FlagError,
     HelpRequested,
@@ -25,6 +26,7 @@ from h2ping.process.flags import (
     VersionRequested,
     help_text,
     parse_args,
+    parse_check_command_line,
     parse_command_line,
 )
 
@@ -527,6 +529,20 @@ def test_log_level() -> None:
     )
 
 
+def test_named_values_are_taken_in_any_case() -> None:
+    # -log-level INFO as Python's logging and most tools spell it, flag and variable alike.
+    assert parse(*UP, "-log-level", "INFO").log_level == "info"
+    assert parse(*UP, "--log-level=Warning").log_level == "warning"
+    assert parse(*UP, env={"H2PING_LOG_LEVEL": "DEBUG"}).log_level == "debug"
+    assert parse(*UP, "-log-format", "JSON").log_format == "json"
+    assert parse(*UP, env={"H2PING_LOG_FORMAT": "Text"}).log_format == "text"
+    check = parse_check_command_line([*UP, "-log-format", "JSON"], {})
+    assert check.config.log_format == "json"
+    assert error(*UP, "-log-level", "TRACE") == (
+        "-log-level: must be one of debug, info, warning, error"
+    )
+
+
 def test_credentials_in_the_upstream_url_are_dropped_with_a_note() -> None:
     # The Go binary accepts them and never sends them; h2ping does the same, and says so.
     assert parse("-upstream", "https://user:pw@h:8443/v1").upstream == Upstream(
@@ -602,6 +618,10 @@ def _samples(field: dataclasses.Field, tmp_path: Path) -> tuple[Sample, Sample]:
         "name": (("envname", "envname"), ("flagname", "flagname")),
         "access_log": (("/var/log/env.log", "/var/log/env.log"), ("-", "-")),
         "max_receive_window": (("65535", 65535), ("1048576", 1048576)),
+        "proxy": (
+            ("http://envproxy:3128", ProxySetting(url=ProxyURL("envproxy", 3128))),
+            ("none", ProxySetting()),
+        ),
     }
     if field.name in special:
         return special[field.name]
@@ -637,7 +657,7 @@ def test_admin_listen() -> None:
 def test_log_format() -> None:
     assert parse(*UP).log_format == "text"
     assert parse(*UP, "-log-format", "json").log_format == "json"
-    assert error(*UP, "-log-format=JSON") == "-log-format: must be one of text, json"
+    assert error(*UP, "-log-format=yaml") == "-log-format: must be one of text, json"
     assert error(*UP, env={"H2PING_LOG_FORMAT": "xml"}) == (
         "H2PING_LOG_FORMAT: must be one of text, json"
     )

@@ -114,6 +114,10 @@ def test_request_path_forms() -> None:
     assert request_path(b"http://evil.example/x?y=1") == b"/x?y=1"
     assert request_path(b"http://evil.example?y=1") == b"/?y=1"
     assert request_path(b"http://evil.example") == b"/"
+    # OPTIONS in absolute-form without a path asks about the server (RFC 9112 3.2.4)
+    assert request_path(b"http://evil.example", options=True) == b"*"
+    assert request_path(b"http://evil.example?y=1", options=True) == b"/?y=1"
+    assert request_path(b"*", b"/v1", b"k=1", options=True) == b"*"
 
 
 # Each row checked against Go's httputil.ProxyRequest.SetURL (singleJoiningSlash for

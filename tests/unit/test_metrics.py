@@ -9,6 +9,7 @@ import pytest
 
 from h2ping._version import __version__
 from h2ping.config import Config, parse_upstream
+from h2ping.egress import ProxySetting
 from h2ping.process.lag import LAG_BUCKETS
 from h2ping.process.metrics import METRICS, Snapshot, Workers, family_names, render
 from h2ping.stats import Histogram, Stats
@@ -131,6 +132,7 @@ def _varied() -> tuple[Snapshot, Config]:
     config = Config(
         upstream=parse_upstream("https://upstream.test:8443"),
         name='edge "a"\\b\nc',
+        proxy=ProxySetting.read("http://user:s3cret@proxy.test:3128"),
         access_log="/var/log/h2ping.log",
         loop_lag_interval=0.25,
     )
@@ -142,6 +144,7 @@ def test_render_writes_every_family_as_it_always_has() -> None:
     snapshot, config = _varied()
     text = render(snapshot, config, config.instance_name, Workers(configured=4, reporting=3))
     assert text == RENDERED.replace("VERSION", __version__)
+    assert "s3cret" not in text and "user" not in text  # the proxy's address only
 
 
 def test_render_leaves_out_what_is_not_there() -> None:
@@ -152,6 +155,7 @@ def test_render_leaves_out_what_is_not_there() -> None:
     lines = text.splitlines()
     assert [line for line in lines if line.startswith("# TYPE")] == [
         "# TYPE h2ping_info gauge",
+        "# TYPE h2ping_upstream_proxy gauge",
         "# TYPE h2ping_requests_total counter",
         "# TYPE h2ping_request_duration_seconds histogram",
         "# TYPE h2ping_upstream_headers_seconds histogram",
@@ -228,13 +232,16 @@ def test_the_spec_list_is_what_render_writes() -> None:
 RENDERED = r"""# HELP h2ping_info Always 1; the labels describe this proxy.
 # TYPE h2ping_info gauge
 h2ping_info{version="VERSION",upstream="https://upstream.test:8443",instance="edge \"a\"\\b\nc"} 1
+# HELP h2ping_upstream_proxy 1 when upstream connections go through this forward proxy (CONNECT), 0 with proxy="" when they go directly.
+# TYPE h2ping_upstream_proxy gauge
+h2ping_upstream_proxy{proxy="proxy.test:3128"} 1
 # HELP h2ping_workers Worker processes (-workers).
 # TYPE h2ping_workers gauge
 h2ping_workers 4
 # HELP h2ping_workers_reporting Workers whose numbers are in this scrape; the others did not answer in time.
 # TYPE h2ping_workers_reporting gauge
 h2ping_workers_reporting 3
-# HELP h2ping_requests_total Requests that ended, by outcome: ok; failed (answered 502); aborted (cut after the response began); cancelled (the client left); rejected (malformed HTTP/1.1); cut_at_shutdown (unfinished when the shutdown grace ran out).
+# HELP h2ping_requests_total Requests that ended, by outcome: ok; failed (answered 502); aborted (cut after the response began); cancelled (the client left); rejected (malformed HTTP/1.1, or a head over the upstream's header list limit: answered 4xx/5xx by h2ping); cut_at_shutdown (unfinished when the shutdown grace ran out).
 # TYPE h2ping_requests_total counter
 h2ping_requests_total{outcome="ok"} 10
 h2ping_requests_total{outcome="failed"} 17

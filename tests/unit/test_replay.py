@@ -193,3 +193,35 @@ def test_a_cancelled_pause_never_resends() -> None:
     setup.replay.cancel()
     setup.replay.cancel()  # twice: nothing more to do
     assert (setup.clock.pending, setup.resent) == (0, 1)
+
+
+def suspect() -> UpstreamError:
+    why = "GOAWAY ENHANCE_YOUR_CALM right after the stream was sent, unprocessed"
+    return UpstreamError("connection_terminated", why, retryable=True, suspect=True)
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_a_refusal_that_may_be_the_requests_own_doing_gets_one_more_try(progress: bool) -> None:
+    """Each such refusal costs a connection (and the requests on it): once more,
+    then the client is told why, however well the upstream answers others."""
+    setup = Setup()
+    if progress:
+        setup.upstream.answered += 1
+    assert setup.replay.allows(suspect(), response_started=False)
+    setup.replay.schedule(setup.resend)
+    if progress:
+        setup.upstream.answered += 1
+    assert not setup.replay.allows(suspect(), response_started=False)
+    assert setup.resent == 1
+    told = setup.replay.refusal(suspect())
+    assert told.detail.endswith("; not retried again: refused so 2 times")
+    assert not told.retryable
+
+
+def test_a_suspect_refusal_leaves_ordinary_refusals_their_replays() -> None:
+    setup = Setup()
+    assert setup.replay.allows(suspect(), response_started=False)
+    setup.replay.schedule(setup.resend)
+    for _ in range(MAX_REPLAYS - 1):
+        assert setup.refused_again()
+    assert not setup.refused_again()

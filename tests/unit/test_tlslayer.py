@@ -16,6 +16,7 @@ import ssl
 import pytest
 
 from h2ping.http2.tlslayer import TLSLayer
+from h2ping.http2.tunnel import TunnelClosed
 
 from ..conftest import TLSFiles, close_with_reset
 from ..fakes import FakeTransport
@@ -102,12 +103,12 @@ def feed(layer: TLSLayer, data: bytes) -> int:
 
 
 async def connected(
-    tls: TLSFiles, app: App, context: ssl.SSLContext | None = None
+    tls: TLSFiles, app: App, context: ssl.SSLContext | None = None, tunnel: str | None = None
 ) -> tuple[TLSLayer, FakeTransport, Server]:
     if context is None:
         context = ssl.create_default_context(cafile=tls.ca_file)
         context.set_alpn_protocols(["h2"])
-    layer = TLSLayer(app, context, "127.0.0.1")
+    layer = TLSLayer(app, context, "127.0.0.1", tunnel=tunnel)
     tcp = FakeTransport(strict=False)
     layer.connection_made(tcp)
     server = Server(tls)
@@ -174,6 +175,32 @@ async def test_close_notify_closes_the_tcp_side(tls: TLSFiles) -> None:
     feed(layer, server.send(b"last words") + server.close_notify())
     assert app.received == b"last words"
     assert tcp.closed
+    layer.connection_lost(None)
+    assert app.lost == [None]
+
+
+async def test_through_a_tunnel_an_end_without_close_notify_names_the_proxy(
+    tls: TLSFiles,
+) -> None:
+    """Through a forward proxy, a bare end (the proxy's idle timer) is told as the
+    tunnel's, after every byte; a server's close_notify is the server's own end."""
+    app = App()
+    layer, _, server = await connected(tls, app, tunnel="proxy.corp:3128")
+    feed(layer, server.send(b"last words"))
+    layer.connection_lost(None)
+    assert app.received == b"last words"
+    (lost,) = app.lost
+    assert isinstance(lost, TunnelClosed)
+    assert str(lost) == (
+        "the tunnel through proxy proxy.corp:3128 closed (no TLS close_notify from the upstream)"
+    )
+    app = App()
+    layer, _, server = await connected(tls, app, tunnel="proxy.corp:3128")
+    feed(layer, server.send(b"bye") + server.close_notify())
+    layer.connection_lost(None)
+    assert (app.received, app.lost) == (b"bye", [None])
+    app = App()
+    layer, _, server = await connected(tls, app)  # directly: the server's end, as always
     layer.connection_lost(None)
     assert app.lost == [None]
 

@@ -21,7 +21,7 @@ from h2ping.http2 import clocks
 from h2ping.http2.lifetime import Lifetime
 from h2ping.http2.outbound import PUMP_BATCH
 from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState
-from h2ping.http2.upstream import ConnState, UpstreamConnection
+from h2ping.http2.upstream import PROVISIONAL_HEADER_LIST, ConnState, UpstreamConnection
 from h2ping.http2.windows import CONNECTION_WINDOW, UNMEASURED_WINDOW
 from h2ping.http2.writeblock import WriteBlock
 from h2ping.stats import Stats
@@ -139,6 +139,44 @@ async def test_graceful_goaway_finishes_streams_below_it_and_refuses_those_above
     (goaway,) = of(GoAwayFrame, await h.sent())
     assert goaway.error_code == ErrorCodes.NO_ERROR
     assert h.conn.state is ConnState.CLOSED and h.transport.closed
+
+
+async def test_a_goaway_with_an_error_code_suspects_the_first_stream_it_left_unprocessed() -> None:
+    """That one may be what the server choked on (a head too large for it, say):
+    it is marked so, and gets one more try only; the others replay as usual."""
+    h = Harness()
+    kept, kept_sink = h.open(end_stream=False)
+    opened = [h.open() for _ in range(3)]
+    await h.sent()
+    h.feed(h.server.goaway(last_stream_id=kept.stream_id, error_code=ErrorCodes.ENHANCE_YOUR_CALM))
+    errors = [sink.error for _, sink in opened]
+    assert all(error is not None and error.retryable for error in errors)
+    assert [error.suspect for error in errors if error is not None] == [True, False, False]
+    assert errors[0] is not None and "GOAWAY ENHANCE_YOUR_CALM right after" in errors[0].detail
+    assert kept_sink.error is None
+
+
+async def test_a_graceful_goaway_suspects_no_stream() -> None:
+    h = Harness()
+    kept, _ = h.open(end_stream=False)
+    _, above = h.open()
+    h.feed(h.server.goaway(last_stream_id=kept.stream_id))
+    assert above.error is not None and above.error.retryable and not above.error.suspect
+
+
+async def test_a_slot_says_its_peers_header_list_limit() -> None:
+    h = Harness()
+    assert h.slot().header_list_limit is None  # the peer set none: unlimited
+    h.feed(h.server.settings(max_header_list_size=8192))
+    assert h.slot().header_list_limit == 8192
+
+
+async def test_before_the_peers_settings_a_slot_says_the_provisional_limit() -> None:
+    conn = UpstreamConnection(config(), 1, lambda conn: None, Stats())
+    conn.connection_made(FakeTransport())
+    slot = conn.try_reserve()  # the one behind the preface
+    assert slot is not None and slot.header_list_limit == PROVISIONAL_HEADER_LIST
+    slot.release()
 
 
 async def test_goaway_with_nothing_in_flight_closes_at_once() -> None:

@@ -10,7 +10,9 @@ hyperframe. This package's own names are its one door, and no module outside
 - :class:`FrameSplitter` and what it hands out (:data:`GOAWAY` pieces, the
   :class:`FloodError` and :class:`FrameSizeError` it raises): GOAWAY frames
   taken out of the inbound bytes before h2 sees them, and control floods
-  counted, for the scripted test server too, which drives h2 as a server.
+  counted, for the scripted test server too, which drives h2 as a server;
+- :func:`not_http2` (:mod:`.opening`): the words for a peer whose first bytes
+  are no HTTP/2 (HTTP/1.x, TLS, text), which its faults then say.
 
 Inside, :mod:`.manifest` lists every name used beyond the libraries' API,
 :mod:`.probes` tries each fast path against plain h2, and :mod:`.frames` cuts
@@ -20,9 +22,11 @@ from .facade import ConnectionFault, H2Engine, Heard, PeerEvents, StreamEvents
 from .fastpaths import enabled as fast_paths_taken
 from .fastpaths import states as fast_path_states
 from .frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter, Goaway
+from .opening import TEXT_ANSWER, not_http2
 
 __all__ = [
     "GOAWAY",
+    "TEXT_ANSWER",
     "ConnectionFault",
     "FloodError",
     "FrameSizeError",
@@ -34,4 +38,5 @@ __all__ = [
     "StreamEvents",
     "fast_path_states",
     "fast_paths_taken",
+    "not_http2",
 ]

@@ -305,6 +305,10 @@ class H2Connection(h2.connection.H2Connection):
         if HPACK in fast:
             self.decoder = FieldCachingDecoder()  # before any header block: a fresh state
         self.header_list_limit = header_list_limit
+        #: (type, stream id) of the frame h2 refused for the whole connection,
+        #: once it did; None before, or when it refused bytes it could not
+        #: split into frames.
+        self.fault_frame: tuple[int, int] | None = None
         # h2 would lower this to the advertised limit when a SETTINGS frame
         # changing it is acknowledged; ours goes out once, as an initial value
         # (our_settings in facade.py), so this ceiling stays.
@@ -445,6 +449,7 @@ class H2Connection(h2.connection.H2Connection):
         except _Fault as fault:
             return None, self._reset_faulty(None, fault.event)
         except h2.exceptions.ProtocolError as exc:
+            self.fault_frame = (HeadersFrame.type, stream_id)
             self._terminate_connection(exc.error_code)  # as h2's receive_data does
             raise
         if frames:
@@ -569,6 +574,8 @@ class H2Connection(h2.connection.H2Connection):
             return self._reset_faulty(frame, fault.event)
         except h2.exceptions.StreamClosedError:
             if not self._stream_faults or not isinstance(frame, HeadersFrame):
+                # A frame on a stream that ended: a connection error (RFC 9113 5.1).
+                self.fault_frame = (frame.type or 0, frame.stream_id)
                 raise
             # HEADERS on a stream that ended normally: the block was decoded
             # (HPACK is in sync); nothing waits on the stream. Tell the peer.
@@ -576,6 +583,9 @@ class H2Connection(h2.connection.H2Connection):
                 [RstStreamFrame(frame.stream_id, error_code=ErrorCodes.STREAM_CLOSED)]
             )
             return []
+        except h2.exceptions.ProtocolError:
+            self.fault_frame = (frame.type or 0, frame.stream_id)  # a connection error: say where
+            raise
 
     def _handle_frame(self, frame: Frame) -> list[h2.events.Event]:
         """h2's own ``_receive_frame`` without its first step, which formats the

@@ -54,6 +54,7 @@ from .frames import (
     parse_goaway,
 )
 from .manifest import DATA, RESPONSE_HEADERS
+from .opening import not_http2
 
 #: h2's initial connection window, before WINDOW_UPDATE raises it (RFC 9113 6.9.2).
 DEFAULT_WINDOW = 65535
@@ -62,6 +63,7 @@ DEFAULT_WINDOW = 65535
 class StreamEvents(Protocol):
     """What the peer said on one stream, told to that stream in frame order."""
 
+    def got_informational(self, headers: list[Header]) -> None: ...
     def got_response(self, headers: list[Header], end_stream: bool) -> None: ...
     def got_data(self, data: bytes, flow_controlled_length: int) -> None: ...
     def got_end(self) -> None: ...
@@ -149,6 +151,9 @@ class H2Engine:
         self._held_stream = 0
         self._held: list[bytes] = []
         self._held_length = 0
+        # Set once h2ping has ended the connection (its own GOAWAY went to h2,
+        # which is CLOSED now): what the peer sent after is not handed to h2.
+        self._over = False
         self._h2 = H2Connection(H2_CONFIG, header_list_limit, self.fast)
         self._frames = FrameSplitter(
             clock, plain_data=DATA in self.fast, plain_headers=RESPONSE_HEADERS in self.fast
@@ -177,6 +182,12 @@ class H2Engine:
         backlog = frames.backlog
         try:
             for kind, piece in frames.take(budget):
+                if self._over:
+                    # The connection ended while this batch was handled (its last
+                    # stream did, and the drained connection closed): h2 is CLOSED
+                    # and would call the frames after (a PING, a SETTINGS...) a
+                    # protocol error. Nothing waits on them any more.
+                    break
                 if kind == RUN:
                     self._receive(piece)
                 elif kind > 0:  # a plain DATA frame's payload, on stream ``kind``
@@ -193,16 +204,18 @@ class H2Engine:
                 f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
             ) from exc
         except ConnectionFault as fault:
-            self.heard.fault = fault.detail
-            raise
+            raise self._fault(fault.detail, fault.error_code) from fault
         except Exception as exc:  # anything h2 raises on the peer's bytes
-            raise self._fault(describe_h2_error(exc)) from exc
+            raise self._fault(describe_h2_error(exc, frame=self._h2.fault_frame)) from exc
         finally:
             self._release()  # what came before a fault was good
         return backlog - frames.backlog
 
     def _fault(self, detail: str, error_code: int = ErrorCodes.PROTOCOL_ERROR) -> ConnectionFault:
-        self.heard.fault = detail
+        heard = self.heard
+        if heard.settings is None:  # the first frame broke it: is the peer speaking HTTP/2?
+            detail = not_http2(heard.opening) or detail
+        heard.fault = detail
         return ConnectionFault(detail, error_code)
 
     def _receive(self, data: bytes) -> None:
@@ -296,6 +309,8 @@ class H2Engine:
     def _tell(self, said: list[h2.events.Event]) -> None:
         events = self._events
         for event in said:
+            if self._over:
+                return  # the connection ended while telling these (see handle)
             if event.__class__ is h2.events.DataReceived:
                 self._deliver(event.stream_id, event.data, event.flow_controlled_length)
                 continue
@@ -329,8 +344,12 @@ class H2Engine:
             )
         elif isinstance(event, h2.events.PingAckReceived):
             events.on_ping_ack(event.ping_data)
+        elif isinstance(event, h2.events.InformationalResponseReceived):
+            stream = self._streams.get(event.stream_id)
+            if stream is not None:
+                stream.got_informational(event.headers)
         # The rest need nothing of h2ping: h2 answers PINGs and acknowledges
-        # SETTINGS itself; informational responses and trailers are not forwarded.
+        # SETTINGS itself; response trailers are not forwarded.
 
     # ------------------------------------------------------------------ outbound
 
@@ -353,6 +372,12 @@ class H2Engine:
     def send_window(self, stream_id: int) -> int:
         """How much request body the peer's windows take on ``stream_id`` now."""
         return self._h2.local_flow_control_window(stream_id)
+
+    @property
+    def peer_header_list_limit(self) -> int | None:
+        """The peer's SETTINGS_MAX_HEADER_LIST_SIZE as it stands (None: unlimited,
+        which is also what it reads before the peer's first SETTINGS)."""
+        return self._h2.remote_settings.max_header_list_size
 
     @property
     def max_frame_size(self) -> int:
@@ -393,7 +418,9 @@ class H2Engine:
 
     def close(self, error_code: int = ErrorCodes.NO_ERROR) -> None:
         """GOAWAY with ``error_code``, unless h2 has sent one of its own (it does
-        for the errors it detects: one is enough)."""
+        for the errors it detects: one is enough). Nothing the peer sends after
+        is handed to h2."""
+        self._over = True
         if self._h2.state_machine.state is h2.connection.ConnectionState.CLOSED:
             return
         with contextlib.suppress(h2.exceptions.ProtocolError):
