@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from hyperframe.frame import DataFrame
 
 from h2ping.http2.upstream import ConnState
-from h2ping.testing import RawPeer, RawUpstream
+from h2ping.testing import RawPeer, RawUpstream, ScriptedRequest
 
-from ..conftest import running_proxy, wait_until
+from ..conftest import TLSFiles, running_proxy, scripted, wait_until
 
+#: An upload larger than the socket buffers on the way hold.
+UPLOAD = 32 * 1024 * 1024
 #: Frames the attacker writes between two waits for its socket to drain.
 BURST = 2000
 #: h2ping's writes are blocked by then: its socket buffers hold megabytes first.
@@ -109,3 +112,39 @@ async def test_an_upstream_that_reads_nothing_is_cut_and_the_next_request_served
     assert len(stalls) == 1, stalls
     assert "write-timeout 2s" in stalls[0]
     assert up.errors == []
+
+
+async def test_an_upload_the_upstream_stops_reading_fails_with_why_over_tls(
+    tls: TLSFiles, session: aiohttp.ClientSession
+) -> None:
+    """A server that stops reading in the middle of an upload, over h2ping's own TLS
+    layer: the request fails with a 502 that says why, and a request meanwhile
+    goes to another connection."""
+
+    async def handler(request: ScriptedRequest) -> None:
+        if request.path == "/upload":
+            request.connection.stop_reading()
+            await asyncio.Event().wait()  # until the connection ends
+        await request.respond(200, body=b"ok")
+
+    async def body() -> AsyncIterator[bytes]:
+        for _ in range(UPLOAD // 65536):
+            yield b"u" * 65536
+
+    async with (
+        scripted(tls, handler, initial_window_size=UPLOAD) as up,
+        running_proxy(up.url, tls, write_timeout=1.0) as proxy,
+    ):
+        upload = asyncio.create_task(session.post(proxy.url + "/upload", data=body()))
+        assert proxy.pool is not None
+        await wait_until(lambda: bool(proxy.pool.connections))  # type: ignore[union-attr]
+        (stalled,) = proxy.pool.connections
+        await wait_until(lambda: stalled.clocks.writes.blocked, timeout=BLOCKED_WITHIN)
+        async with session.get(proxy.url + "/meanwhile") as resp:
+            assert resp.status == 200 and await resp.read() == b"ok"
+        assert len(up.connections) == 2
+        async with await upload as resp:
+            assert resp.status == 502
+            status = resp.headers["proxy-status"]
+        assert "error=connection_terminated" in status
+        assert "stopped reading what h2ping writes" in status
