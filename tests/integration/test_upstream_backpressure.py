@@ -4,8 +4,10 @@ The attack: the upstream makes h2ping reset a stream (an uppercase header name),
 stops reading, and floods 1-byte DATA frames on that stream, each of which h2ping
 once answered with a RST_STREAM that nobody read: memory grew for as long as it
 lasted, the connection never ended, and the next request went onto it and hung.
-Now the connection stops reading when its writes wait, takes no new stream, and
-is cut once the upstream has taken nothing for -write-timeout."""
+Now such DATA goes unanswered and is charged to the flood budget, and a
+connection whose writes wait (an upload the server stops reading, below) stops
+reading, takes no new stream, and is cut once the upstream has taken nothing for
+-write-timeout."""
 
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import aiohttp
 import pytest
 from hyperframe.frame import DataFrame
 
-from h2ping.http2.upstream import ConnState
 from h2ping.testing import RawPeer, RawUpstream, ScriptedRequest
 
 from ..conftest import TLSFiles, running_proxy, scripted, wait_until
@@ -69,9 +70,14 @@ class Attack:
             stream_id, _ = await peer.read_request()
 
 
-async def test_an_upstream_that_reads_nothing_is_cut_and_the_next_request_served(
+async def test_the_reflected_reset_attack_ends_the_connection_and_the_next_request_is_served(
     session: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The attack as it was staged against h2ping: two defences now meet it. DATA
+    on a stream h2ping reset is discarded unanswered and charged to the flood
+    budget, and a connection whose writes wait reads nothing more and takes no
+    stream. Whichever acts first, the connection ends within seconds, once, with
+    a line or two in the log, and the next request is served on a fresh one."""
     attack = Attack()
     caplog.set_level(logging.INFO, logger="h2ping")
     async with (
@@ -80,37 +86,19 @@ async def test_an_upstream_that_reads_nothing_is_cut_and_the_next_request_served
     ):
         async with session.get(proxy.url + "/first") as resp:
             assert resp.status == 502  # the uppercase name: that stream alone
-        # Its answers pile up unread: the connection's writes are blocked, and it
-        # reads nothing more (the attacker's writes wait), nor takes a stream.
         assert proxy.pool is not None
-        (attacked,) = proxy.pool.connections
-        # (Its socket's buffers take megabytes first: seconds of the attack.)
-        await wait_until(lambda: attacked.clocks.writes.blocked, timeout=BLOCKED_WITHIN)
-        assert attacked.free_slots == 0
-        # A request meanwhile does not go onto it: a fresh connection serves it.
-        async with session.get(proxy.url + "/second") as resp:
-            assert resp.status == 200 and await resp.read() == b"ok"
-        assert up.connections == 2 and attacked.state is ConnState.OPEN
-        # The attacker soon stalls: what its socket still takes fills h2ping's
-        # kernel buffer, and nothing reads that.
-        for _ in range(20):
-            sent = attack.sent
-            await asyncio.sleep(0.5)
-            if attack.sent == sent:
-                break
-        else:
-            raise AssertionError(f"the attack never stalled: {attack.sent} bytes sent")
         await asyncio.wait_for(attack.over.wait(), ATTACK_LIMIT + 5)
         assert not attack.gave_up
-        await wait_until(lambda: attacked not in proxy.pool.connections)  # type: ignore[union-attr]
-        async with session.get(proxy.url + "/third") as resp:
-            assert resp.status == 200
+        await wait_until(lambda: not proxy.pool.connections)  # type: ignore[union-attr]
+        async with session.get(proxy.url + "/second") as resp:
+            assert resp.status == 200 and await resp.read() == b"ok"
         assert up.connections == 2
-    stalls = [
-        r.getMessage() for r in caplog.records if "is not reading what h2ping" in r.getMessage()
+    ended = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.WARNING and r.getMessage().startswith("conn=1 ")
     ]
-    assert len(stalls) == 1, stalls
-    assert "write-timeout 2s" in stalls[0]
+    assert 1 <= len(ended) <= 2, ended
     assert up.errors == []
 
 
