@@ -472,6 +472,19 @@ class Config:
         "buffered for it (see [Connections](docs/connections.md#receive-windows))",
         rules=[between(65535, 2**31 - 1)],  # h2's least window, and 31 bits
     )
+    # A window is a promise to buffer: with many slow clients, the sum of the
+    # windows is what they can hold, so their growth comes from one budget.
+    receive_window_budget: int = setting(
+        default=256 * 1024 * 1024,
+        type=INT,
+        group="Upstream",
+        metavar="bytes",
+        help="streams' windows past 128 KiB each, in all",
+        doc="the response streams' receive windows grow past their first 128 KiB only "
+        "out of this, all upstream connections of a process together: with many slow "
+        "clients, what they can have buffered for them (see [Sizing](docs/sizing.md#memory))",
+        rules=[not_negative("0: no stream's window grows")],
+    )
     # At most this many streams on one connection, below the peer's own limit, so
     # that one dead connection fails fewer requests; 0: the peer's limit alone.
     max_streams_per_conn: int = setting(
@@ -485,6 +498,19 @@ class Config:
         "requests; `0` uses the server's limit alone (`SETTINGS_MAX_CONCURRENT_STREAMS`, "
         "100 or 128 on most)",
         rules=[between(0, 2**31 - 1, "0: the server's limit")],
+    )
+    # However many connections the server's limits would call for (one stream
+    # each, or none), the pool holds at most this many.
+    max_upstream_conns: int = setting(
+        default=1000,
+        type=INT,
+        group="Upstream",
+        metavar="n",
+        help="upstream connections held at most, dials included",
+        doc="hold at most this many upstream connections (those being opened "
+        "included); at the bound requests wait for a stream slot, and h2ping warns "
+        "(see [Connections](docs/connections.md#how-many-connections))",
+        rules=[between(1, 2**31 - 1)],
     )
     # Through an HTTP forward proxy (CONNECT), or directly; the environment only when asked.
     proxy: ProxySetting = setting(
@@ -540,6 +566,20 @@ class Config:
                 when=lambda value: value <= 0,
             )
         ],
+    )
+    # A peer that takes none of what a connection writes must not make h2ping buffer
+    # its answers without end: past this, the connection is cut.
+    write_timeout: float = setting(
+        default=30.0,
+        type=DURATION,
+        group="Liveness",
+        metavar="duration",
+        help="cut a connection the server stops reading this long",
+        doc="while an upstream connection's writes wait (the server reads nothing of what "
+        "h2ping sends), h2ping reads nothing from it and opens no stream on it; cut it "
+        "when this long passes with none of them taken (see "
+        "[Connections](docs/connections.md#back-pressure-from-the-upstream))",
+        rules=[greater_than_zero()],
     )
     max_conn_age: float = setting(
         default=50 * 60.0,

@@ -10,6 +10,12 @@ c. ``fairness``: small GETs (4 connections, one every 10 ms each) while another
    client downloads 200 MiB as fast as it can: their p50/p99 then, against idle.
 d. ``uploads``: 10 concurrent 20 MiB uploads whose Content-Length is above
    ``-retry-body-limit`` (16 MiB, both proxies' default): proxy RSS idle, peak, after.
+e. ``floods``: an origin floods the connection of one request with frames that cost
+   the proxy work (``load/flood_origin.py``: 16 KiB SETTINGS at 95/s, PRIORITY,
+   unknown types, 103 heads, GOAWAY, RST_STREAM on idle streams, DATA after the
+   proxy's reset), each for up to 10 s (5 s with --quick): per attack, the proxy's
+   CPU seconds and RSS growth, whether and when it ended the connection and with
+   which code, its log lines, and whether the next request is served.
 
 Every request carries an id; bodies are checked by hash, and the origin counts each
 id, so each scenario also says whether any request was processed twice or left
@@ -335,6 +341,105 @@ async def uploads_case(run: Run) -> dict[str, Any]:
     }
 
 
+# e. floods ---------------------------------------------------------------------------------
+
+FLOODS = ("settings", "priority", "unknown", "hints", "goaway", "resets", "reflect")
+
+
+async def floods_case(run: Run) -> dict[str, Any]:
+    from common.procs import tree_cpu_seconds, tree_rss_kib
+    from load.h1client import fetch
+
+    seconds = 5.0 if run.quick else 10.0
+    origin = await run.flood_origin("--seconds", str(seconds))
+    port = await run.proxy(origin)
+    warm = await fetch(port, "GET", "/warm", timeout=10)
+    assert run.proxy_proc is not None
+    pid, log_path = run.proxy_proc.pid, run.proxy_proc.log_path
+    attacks: dict[str, Any] = {}
+    for name in FLOODS:
+        await asyncio.sleep(0.5)
+        cpu, rss, lines = tree_cpu_seconds(pid), tree_rss_kib(pid), _line_count(log_path)
+        started = time.monotonic()
+        try:
+            response = await fetch(port, "GET", f"/flood/{name}", timeout=seconds + 10)
+            status: Any = response.status
+        except (OSError, TimeoutError) as exc:
+            status = type(exc).__name__
+        answered = time.monotonic() - started
+        # The same window for every proxy: the whole flood (a proxy may answer
+        # the request at once and still be flooded), then a second for what it
+        # left queued.
+        await asyncio.sleep(max(0.0, started + seconds - time.monotonic()) + 1.0)
+        try:
+            after = (await fetch(port, "GET", "/next", timeout=10)).status
+        except (OSError, TimeoutError) as exc:
+            after = type(exc).__name__
+        attacks[name] = {
+            "cpu_s": tree_cpu_seconds(pid) - cpu,
+            "rss_growth_mib": (tree_rss_kib(pid) - rss) / 1024,
+            "status": status,
+            "answered_s": answered,
+            "next_status": after,
+            "log_lines": _line_count(log_path) - lines,
+        }
+    stats = await run.stop_origin()
+    for record in stats["records"]:
+        attacks.get(record["attack"], {}).update(record)
+    return {"warm_status": warm.status, "flood_seconds": seconds, "attacks": attacks}
+
+
+def _line_count(path: Path) -> int:
+    with contextlib.suppress(OSError):
+        return len(path.read_bytes().splitlines())
+    return 0
+
+
+def render_floods(results: dict[str, Any], peers: list[str]) -> list[str]:
+    """One row per attack: each peer's CPU s, RSS growth, and how the attack ended."""
+    per_peer = results.get("floods", {})
+    first = next((f for f in per_peer.values() if "attacks" in f), None)
+    if first is None:
+        return []
+    lines = [
+        f"e. floods of up to {first['flood_seconds']:g} s on one request's connection: "
+        "proxy CPU s / RSS growth MiB / the proxy ended it (its GOAWAY code, after s, "
+        "frames the origin wrote by then) / proxy log lines / next request"
+    ]
+    for name in FLOODS:
+        cells = [f"  {name:9s}"]
+        for peer in peers:
+            a = per_peer.get(peer, {}).get("attacks", {}).get(name)
+            if a is None:
+                cells.append(f"{peer}: ERROR")
+                continue
+            ended = (
+                f"yes ({_code(a.get('client_goaway'))}, {a.get('seconds', 0):.2f} s, "
+                f"{a.get('frames_sent', 0):,} frames)"
+                if a.get("client_ended_it")
+                else f"no ({a.get('frames_sent', 0):,} frames written"
+                + (", then it stopped reading)" if a.get("client_stopped_reading") else ")")
+            )
+            cells.append(
+                f"{peer}: {a['cpu_s']:.2f} / {a['rss_growth_mib']:+.1f} / {ended} / "
+                f"{a['log_lines']} / {a['next_status']}"
+            )
+        lines.append("  ".join(cells))
+    lines.append("")
+    return lines
+
+
+def _code(code: int | None) -> str:
+    if code is None:
+        return "no GOAWAY"
+    from h2.errors import ErrorCodes
+
+    try:
+        return ErrorCodes(code).name
+    except ValueError:
+        return str(code)
+
+
 # shared ---------------------------------------------------------------------------------
 
 
@@ -385,6 +490,18 @@ class Run:
         argv += ["--cert", str(self.ctx.tmp / "origin-cert.pem")]
         argv += ["--key", str(self.ctx.tmp / "origin-key.pem"), *extra]
         self.origin_proc = self.ctx.procs.start("fault-origin", argv)  # our core: the load's
+        await asyncio.to_thread(wait_port, port, self.origin_proc)
+        return Origin(port, 0, self.ctx.ca_path, self.origin_proc.pid)
+
+    async def flood_origin(self, *extra: str) -> Any:
+        from common.procs import bench_module, free_port, wait_port
+        from load.origin import Origin
+
+        port = free_port()
+        argv = [*bench_module("load.flood_origin"), "--port", str(port)]
+        argv += ["--cert", str(self.ctx.tmp / "origin-cert.pem")]
+        argv += ["--key", str(self.ctx.tmp / "origin-key.pem"), *extra]
+        self.origin_proc = self.ctx.procs.start("flood-origin", argv)
         await asyncio.to_thread(wait_port, port, self.origin_proc)
         return Origin(port, 0, self.ctx.ca_path, self.origin_proc.pid)
 
@@ -439,6 +556,7 @@ SCENARIOS: dict[str, Callable[[Run], Awaitable[dict[str, Any]]]] = {
     "storm": storm_case,
     "fairness": fairness_case,
     "uploads": uploads_case,
+    "floods": floods_case,
 }
 
 
@@ -540,8 +658,10 @@ def _rss(f: dict[str, Any]) -> str:
 
 
 def render(results: dict[str, Any], peers: list[str]) -> str:
-    lines = []
+    lines = render_floods(results, peers)
     for name, per_peer in results.items():
+        if name == "floods":
+            continue
         first = next((f for f in per_peer.values() if "error" not in f), {})
         title, rows = TABLE[name]
         lines.append(title.format(**first) if first else title.split("{")[0])

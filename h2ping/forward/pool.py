@@ -2,8 +2,9 @@
 
 The pool only chooses: it asks its connections, oldest first, for a stream slot
 (each connection counts its own, never more than the peer's
-``SETTINGS_MAX_CONCURRENT_STREAMS``), and opens another connection when none has
-room. Requests that find no slot wait in arrival order.
+``SETTINGS_MAX_CONCURRENT_STREAMS``, and offers none while it is blocked), and
+opens another connection when none has room, one at a time, as its
+:class:`~.growth.PoolGrowth` allows. Requests that find no slot wait in arrival order.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from ..http2.dial import connect
 from ..http2.pingbackoff import PingBackoff
 from ..http2.tlslayer import SessionCache
 from ..http2.upstream import ConnState, StreamSlot, UpstreamConnection
+from ..http2.windows import WindowBudget
 from ..logs import plural
 from ..stats import Stats
+from .growth import PoolGrowth
 
 log = logging.getLogger("h2ping.pool")
 
@@ -62,6 +65,10 @@ class Pool:
         self._answered_before = 0  # by connections no longer in the pool
         self._ping_backoff = PingBackoff(config.ping_interval, stats)  # new connections' PINGs
         self._tls_sessions = SessionCache()  # the next connection resumes the latest
+        self.window_budget = WindowBudget(config.receive_window_budget)  # its streams' windows
+        target = f"{config.upstream.host}:{config.upstream.port}"
+        clock = asyncio.get_running_loop().time
+        self._growth = PoolGrowth(target, config.max_upstream_conns, clock)
 
     @property
     def connections(self) -> list[UpstreamConnection]:
@@ -74,6 +81,11 @@ class Pool:
         cap = self._config.max_streams_per_conn
         least = min(limits, default=None)
         return least if not cap or least is None else min(least, cap)
+
+    @property
+    def refusal(self) -> UpstreamError | None:
+        """Why requests fail while the upstream's new connections allow no streams."""
+        return self._growth.refusal
 
     @property
     def answered(self) -> int:
@@ -108,9 +120,7 @@ class Pool:
             raise
         finally:
             self._patient.discard(waiter)
-            # A failure raised from the waiter keeps this frame in its traceback,
-            # and the waiter keeps the failure: a cycle, unless the frame lets go.
-            del waiter
+            del waiter  # else a cycle: its failure's traceback holds this frame
 
     def try_acquire(self) -> StreamSlot | None:
         """A stream slot, if one is free right now and nobody is waiting ahead
@@ -143,6 +153,8 @@ class Pool:
         if conn.state is ConnState.CLOSED and conn in self._conns:
             self._conns.remove(conn)
             self._answered_before += conn.answered
+        elif self._growth.refusal is not None and conn.max_streams > 0:
+            self._growth.allows_some()  # its server raised its limit
         self._wake()
 
     def _wake(self) -> None:
@@ -158,10 +170,17 @@ class Pool:
             self._ensure_connecting()
 
     def _ensure_connecting(self) -> None:
-        if self._connecting is None and not self._closed:
-            self._connecting = asyncio.get_running_loop().create_task(self._open())
+        if self._connecting is not None or self._closed:
+            return
+        growth = self._growth
+        if growth.at_limit(len(self._conns)):
+            self._retire_old()  # no successor can open: let them drain to make room
+            return
+        self._connecting = asyncio.get_running_loop().create_task(self._open(growth.wait()))
 
-    async def _open(self) -> None:
+    async def _open(self, wait: float) -> None:
+        if wait > 0:
+            await asyncio.sleep(wait)  # the back-off after a connection that allowed none
         conn_id = self._next_id
         self._next_id += 1
         try:
@@ -175,6 +194,7 @@ class Pool:
                 ping_backoff=self._ping_backoff,
                 tls_sessions=self._tls_sessions,
                 on_preface=self._on_preface,
+                window_budget=self.window_budget,
             )
         except Exception as exc:
             _clear_frames(exc)
@@ -199,13 +219,31 @@ class Pool:
             conn.close("proxy shutting down")
             return
         self._conns.append(conn)
+        if conn.state is ConnState.OPEN and conn.max_streams == 0:
+            refusal = self._growth.allows_none(conn_id)
+            self._close_unused_but(conn)
+            if not any(c.busy for c in self._conns):
+                self._fail_waiters(refusal)  # nothing in flight will make room
+        elif conn.max_streams > 0:
+            self._growth.allows_some()
         self._retire_old()
         self._wake()
+
+    def _close_unused_but(self, newest: UpstreamConnection) -> None:
+        """Close the older connections that allow no streams and carry none: the
+        newest says as much of the server's mood, and each holds a descriptor."""
+        for conn in list(self._conns):
+            unused = conn.state is ConnState.OPEN and conn.max_streams == 0 and not conn.busy
+            if unused and conn is not newest:
+                conn.retire("upstream allows no streams")
 
     def _on_preface(self, conn: UpstreamConnection) -> None:
         """A connection being dialled has sent its preface: the request first in
         line goes on it now, a round trip before its SETTINGS (and the pool's
-        choosing) come. The rest wait for those."""
+        choosing) come. The rest wait for those. Not while the upstream's new
+        connections allow no streams: then the SETTINGS decide first."""
+        if self._growth.refusal is not None:
+            return
         first = next((w for w in self._waiters if not w.done() and w not in self._patient), None)
         if first is not None and (slot := conn.try_reserve()) is not None:
             self._waiters.remove(first)

@@ -5,6 +5,9 @@ peer cuts the connection, failing its streams. Its age limit and its idle closin
 (:mod:`h2ping.http2.lifetime`): the pool retires it at its age, and an idle one
 closes with a GOAWAY. The clocks run from the peer's first SETTINGS until the
 connection ends; the age and idle clocks stop already once it takes no new streams.
+The deadline of its blocked writes (:mod:`h2ping.http2.writeblock`): a peer that
+reads nothing of what the connection writes for ``-write-timeout`` is
+cut, failing its streams.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ..logs import plural
 from ..stats import Stats
 from .lifetime import Lifetime
 from .liveness import Liveness
+from .writeblock import BlockedTable, WriteBlock
 
 log = logging.getLogger("h2ping.upstream")
 
@@ -39,6 +43,8 @@ class ClockedConnection(Protocol):
     def busy(self) -> bool: ...
     @property
     def streams(self) -> Mapping[int, object]: ...
+    @property
+    def table(self) -> BlockedTable: ...
     def ping(self, payload: bytes) -> None: ...
     def close(self, reason: str) -> None: ...
     def cut(self, reason: str, error: UpstreamError) -> None: ...
@@ -48,8 +54,9 @@ Conn = TypeVar("Conn", bound=ClockedConnection)
 
 
 class ConnectionClocks(Generic[Conn]):
-    """The PING clock (``liveness``) and the age and idle clocks (``lifetime``) of
-    ``conn``; ``on_age(conn)`` hears of its age limit (None: no age limit)."""
+    """The PING clock (``liveness``), the age and idle clocks (``lifetime``) and the
+    blocked writes' deadline (``writes``) of ``conn``; ``on_age(conn)`` hears of
+    its age limit (None: no age limit)."""
 
     def __init__(
         self,
@@ -62,14 +69,16 @@ class ConnectionClocks(Generic[Conn]):
         self._conn: Conn | None = conn  # None once it ended (close)
         self._on_age = on_age
         self.liveness = Liveness(ping_interval, config.ping_timeout, conn.ping, self._dead, stats)
+        loop = asyncio.get_running_loop()
         self.lifetime = Lifetime(
-            asyncio.get_running_loop(),
+            loop,
             config.max_conn_age,
             config.idle_conn_timeout,
             None if on_age is None else self._reached_age,
             self._idle,
             self._busy,
         )
+        self.writes = WriteBlock(loop, conn, config.write_timeout)
 
     def start(self) -> None:
         """The connection is open: every clock runs."""
@@ -80,12 +89,14 @@ class ConnectionClocks(Generic[Conn]):
         """The connection ended."""
         self.liveness.stop()
         self.lifetime.stop()
+        self.writes.stop()
 
     def let_go(self) -> None:
         """The connection ended: every clock stops for good, and nothing here
         refers back to it any more (the cycle would wait for the cyclic collector)."""
         self.liveness.close()
         self.lifetime.close()
+        self.writes.let_go()
         self._conn = self._on_age = None
 
     # Called by the clocks while they run; after close() they call nothing.

@@ -25,6 +25,7 @@ from .pingbackoff import PingBackoff
 from .tlslayer import NoApplicationProtocol, SessionCache, TLSLayer
 from .tunnel import Hop, PlainTunnel, TunnelClosed, describe_proxy_error, open_tunnel, target_of
 from .upstream import UpstreamConnection
+from .windows import WindowBudget
 
 # OpenSSL's X509_V_ERR_* codes, as in SSLCertVerificationError.verify_code.
 _UNKNOWN_CA = {2, 19, 20, 21}  # unable to get (local) issuer, self-signed in chain, no leaf sig
@@ -126,13 +127,17 @@ async def connect(
     ping_backoff: PingBackoff | None = None,
     tls_sessions: SessionCache | None = None,
     on_preface: Callable[[UpstreamConnection], None] | None = None,
+    window_budget: WindowBudget | None = None,
 ) -> UpstreamConnection:
     """Open a connection and wait for the peer's SETTINGS (so we know its stream limit);
-    with ``tls_sessions``, resume the latest TLS session and remember this one.
+    with ``tls_sessions``, resume the latest TLS session and remember this one;
+    its streams' windows grow out of ``window_budget``.
     ``on_preface`` hears of the connection as soon as our preface is out, when it
     takes its first stream (:data:`~.upstream.PROVISIONAL_STREAMS`) a round trip
     before the SETTINGS come."""
-    protocol = UpstreamConnection(config, conn_id, on_change, stats, on_age, ping_backoff)
+    protocol = UpstreamConnection(
+        config, conn_id, on_change, stats, on_age, ping_backoff, window_budget
+    )
     try:
         await dial(protocol, config, ssl_context, stats, tls_sessions, on_preface)
     except BaseException as exc:

@@ -67,6 +67,8 @@ class InboundTurns:
         self._reset: asyncio.Handle | None = None  # ends this iteration's share
         self._taken = 0  # inbound bytes handled in this loop iteration
         self._read_paused = False  # while frames wait for their turn
+        self._held = False  # by hold(): the peer does not take what we write
+        self._reading = True  # what the transport was last told
 
     def attach(self, transport: asyncio.Transport) -> None:
         self._transport = transport
@@ -75,6 +77,13 @@ class InboundTurns:
         """Bytes were added to the backlog."""
         if self._next is None:  # else the next turn takes these bytes too
             self._take_turn()
+
+    def hold(self, held: bool) -> None:
+        """Read nothing more while ``held`` (the peer does not read what the
+        connection writes, :mod:`h2ping.http2.writeblock`), whatever the backlog says;
+        what was read already is still handled, one share a turn."""
+        self._held = held
+        self._apply()
 
     def stop(self) -> None:
         """No more turns (the connection ended, or takes the rest at once)."""
@@ -101,7 +110,6 @@ class InboundTurns:
         if self._over():
             return
         self._taken += taken
-        transport = self._transport
         if self._backlog_ready() or self._taken >= share:
             # Paused even with nothing left: else the loop would hand over the
             # next read in this same iteration (uvloop reads up to 32 times).
@@ -109,16 +117,26 @@ class InboundTurns:
                 self._reset.cancel()
                 self._reset = None
             self._next = self._loop.call_soon(self._next_turn)
-            if not self._read_paused and transport is not None and not transport.is_closing():
-                self._read_paused = True
-                transport.pause_reading()
+            self._read_paused = True
+            self._apply()
             return
         if self._read_paused:
             self._read_paused = False
-            if transport is not None and not transport.is_closing():
-                transport.resume_reading()
+            self._apply()
         if self._taken and self._reset is None:
             self._reset = self._loop.call_soon(self._end_iteration)
+
+    def _apply(self) -> None:
+        """Tell the transport to read or not, as the backlog and the hold say."""
+        reading = not (self._read_paused or self._held)
+        transport = self._transport
+        if reading is self._reading or transport is None or transport.is_closing():
+            return
+        self._reading = reading
+        if reading:
+            transport.resume_reading()
+        else:
+            transport.pause_reading()
 
     def _next_turn(self) -> None:
         self._next = None

@@ -130,13 +130,19 @@ class PeerEventHandler:
         streams the server has promised to finish)."""
         conn = self._conn
         last = goaway.last_stream_id
-        if self.goaway_last_stream_id is not None:
-            last = min(last, self.goaway_last_stream_id)
+        before = self.goaway_last_stream_id
+        if before is not None:
+            last = min(last, before)
         self.goaway_last_stream_id = last
         self._stats.goaway_received()
-        described = goaway.describe(last)
         streams = conn.table.streams
-        log.info("conn=%d GOAWAY received: %s open_streams=%d", conn.id, described, len(streams))
+        # Logged when it says something new: a repeated GOAWAY (the engine's
+        # flood budget ends a connection that sends many) is no news.
+        if before is None or last < before or goaway.code_name != (self.goaway_error or "NO_ERROR"):
+            described = goaway.describe(last)
+            log.info(
+                "conn=%d GOAWAY received: %s open_streams=%d", conn.id, described, len(streams)
+            )
         if goaway.error_code != ErrorCodes.NO_ERROR:
             self.goaway_error = goaway.code_name
         backoff = self._ping_backoff

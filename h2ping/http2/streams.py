@@ -91,6 +91,7 @@ class UpstreamStream:
         "_engine",
         "_outq",
         "conn",
+        "extra",
         "pending_bytes",
         "sink",
         "state",
@@ -117,6 +118,7 @@ class UpstreamStream:
         self._outq: deque[memoryview] | None = None
         self.pending_bytes = 0  # request body queued here, waiting on the peer's windows
         self.unacked = 0  # response bytes delivered but not yet returned as window credit
+        self.extra = 0  # receive window past the announced one, from the window budget
 
     # ---------------------------------------------------------- the exchange's
 
@@ -154,6 +156,12 @@ class UpstreamStream:
         self.unacked -= nbytes
         if self._engine.give_credit(self.stream_id, nbytes):
             self.conn.outbound.schedule_flush()  # a WINDOW_UPDATE is due
+
+    def widen(self, increment: int) -> None:
+        """Grow the receive window by ``increment`` (taken from the window budget,
+        which :meth:`close`'s caller gives ``extra`` back to)."""
+        self.extra += increment
+        self._engine.widen(self.stream_id, increment)
 
     def ack_held(self) -> None:
         """Give back all the credit of response data delivered so far."""

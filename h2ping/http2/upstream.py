@@ -45,7 +45,7 @@ from .peerevents import PeerEventHandler
 from .pingbackoff import PingBackoff
 from .streams import SlotLost, StreamSink, StreamSlot, UpstreamStream
 from .tunnel import proxy_of
-from .windows import ReceiveWindow, connection_window
+from .windows import ReceiveWindow, WindowBudget, connection_window
 
 log = logging.getLogger("h2ping.upstream")
 
@@ -140,12 +140,15 @@ class StreamTable:
         self._engine = engine
         self._on_change = on_change
         self._preface_out = False
+        self.writes_blocked = False  # no stream while the peer reads none of our writes
 
     @property
     def free_slots(self) -> int:
         if self._conn is None:
             return 0
         state = self._conn.state
+        if self.writes_blocked:
+            return 0
         if state is ConnState.OPEN:
             limit = min(self.max_streams, self.cap)
         elif state is ConnState.CONNECTING and self._preface_out:
@@ -209,17 +212,35 @@ class StreamTable:
                 f"connection {self.id} stopped taking streams ({reason})",
                 retryable=True,
             )
+        if conn.state is ConnState.OPEN and len(self.streams) >= self.max_streams:
+            # Reserved before the peer's SETTINGS, or before they lowered its limit:
+            # h2 would refuse to send it. Nothing was sent, so the request asks again.
+            raise SlotLost(
+                errors.CONNECTION_TERMINATED,
+                f"connection {self.id} allows {self.max_streams} streams now",
+                retryable=True,
+            )
         engine = self._engine
         stream_id = engine.next_stream_id()
         engine.send_request(stream_id, headers, end_stream)
-        if extra := conn.window.extra:
-            engine.widen(stream_id, extra)  # the window's raises so far
         stream = UpstreamStream(self, engine, stream_id, sink, ended=end_stream)
+        if (wanted := conn.window.extra) and (extra := conn.window.budget.take(wanted)):
+            stream.widen(extra)  # the window's raises so far, as the budget allows
         self.streams[stream_id] = stream
         self.outbound.schedule_flush()
         if stream_id >= LAST_USABLE_STREAM_ID:
             conn.retire("stream ids exhausted")
         return stream
+
+    def writes_paused(self) -> None:
+        """The peer reads none of what the connection writes: no slot for now."""
+        self.writes_blocked = True
+
+    def writes_resumed(self) -> None:
+        """The peer reads what the connection writes again: its slots are news."""
+        self.writes_blocked = False
+        if (conn := self._conn) is not None and conn.state is ConnState.OPEN:
+            self._on_change(conn)
 
     def unreserve(self, freed: bool) -> None:
         """A reservation ended: used for a stream, or (``freed``) given back or
@@ -243,9 +264,11 @@ class StreamTable:
         if stream.closed:
             return
         credit = stream.close()
+        conn = self._conn
+        if stream.extra and conn is not None:
+            conn.window.budget.give(stream.extra)
         self.streams.pop(stream.stream_id, None)
         self.outbound.forget(stream)
-        conn = self._conn
         if conn is None or conn.state is ConnState.CLOSED:
             return  # nothing to give back or to tell: the end is failing every stream
         if credit:
@@ -265,9 +288,14 @@ class StreamTable:
 
     def widen(self, increment: int) -> None:
         """Each stream's window grew by ``increment``: tell the peer for every open
-        stream (a new one hears of it right after its HEADERS, in open_stream)."""
-        for stream_id in self.streams:
-            self._engine.widen(stream_id, increment)
+        stream, as far as the window budget allows (a new one hears of it right
+        after its HEADERS, in open_stream)."""
+        if self._conn is None:
+            return
+        budget = self._conn.window.budget
+        for stream in self.streams.values():
+            if extra := budget.take(increment):
+                stream.widen(extra)
         self.outbound.schedule_flush()
 
     def let_go(self) -> None:
@@ -285,11 +313,10 @@ class StreamTable:
 class UpstreamConnection(asyncio.BufferedProtocol):
     """An HTTP/2 client connection driven by inbound bytes, never by waiting readers.
 
-    A buffered protocol: the transport (or the TLS layer, :mod:`.tlslayer`) reads
-    into one buffer of ours, where a plain protocol costs an allocation per read.
-    Its state and its end are its own; its stream slots and streams are its
-    ``table``'s, what the peer says to it its ``peer``'s to handle, its clocks
-    (PINGs, age, idle) its ``clocks``'."""
+    A buffered protocol: the transport (or the TLS layer, :mod:`.tlslayer`) reads into one
+    buffer of ours, where a plain protocol costs an allocation per read. Its state and its end
+    are its own; its stream slots and streams are its ``table``'s, what the peer says to it its
+    ``peer``'s to handle, its clocks (PINGs, age, idle, blocked writes) its ``clocks``'."""
 
     #: Handles what the peer says to the connection itself (a subclass may watch it).
     peer_events: type[PeerEventHandler] = PeerEventHandler
@@ -302,9 +329,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         stats: Stats,
         on_age: Callable[[UpstreamConnection], None] | None = None,
         ping_backoff: PingBackoff | None = None,
+        window_budget: WindowBudget | None = None,
     ) -> None:
-        """``ping_backoff``, shared by the connections to one upstream, gives the PING
-        interval and hears of a GOAWAY that punishes PINGs."""
+        """``ping_backoff`` and ``window_budget``: shared by the connections to one upstream."""
         self.upstream = config.upstream
         self.id = conn_id
         self.state = ConnState.CONNECTING
@@ -318,7 +345,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._read_buffer = memoryview(bytearray(READ_SIZE))
         self.ping_interval = config.ping_interval if ping_backoff is None else ping_backoff.interval
         measuring = self.ping_interval > 0 and not (ping_backoff and ping_backoff.punishing)
-        self.window = ReceiveWindow(config.max_receive_window, measuring)
+        self.window = ReceiveWindow(config.max_receive_window, measuring, budget=window_budget)
         self.clocks = ConnectionClocks(self, config, self.ping_interval, stats, on_age)
         self.lifetime = self.clocks.lifetime
         self.peer = self.peer_events(self, self.clocks.liveness, stats, ping_backoff)
@@ -426,6 +453,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self._inbound.attach(self._transport)
         self.outbound.attach(self._transport)
+        self.clocks.writes.attach(self._transport, self._inbound, self.outbound)
         self.table.preface_sent()  # once flushed below
         self._engine.start(self.window.announced, connection_window(self.window.cap))
         if (payload := self.window.first_ping()) is not None:
@@ -467,10 +495,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._end(reason, error)
 
     def pause_writing(self) -> None:
-        self.outbound.pause_writing()
+        self.clocks.writes.paused()  # reads and takes streams no more until resumed
 
     def resume_writing(self) -> None:
-        self.outbound.resume_writing()
+        self.clocks.writes.resumed()
 
     def _is_closed(self) -> bool:
         return self.state is ConnState.CLOSED

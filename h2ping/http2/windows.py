@@ -23,6 +23,12 @@ as gRPC's bandwidth-delay-product estimator does:
   windows only grow, each by a WINDOW_UPDATE of its own (those open at the
   raise, a new one right after its HEADERS), never by a new
   SETTINGS_INITIAL_WINDOW_SIZE, which takes effect at each end at a different time.
+- A stream's window past the announced one comes out of a :class:`WindowBudget`
+  that all the connections of a process share (``-receive-window-budget``): a
+  window is a promise to buffer, and a thousand slow clients each holding a
+  stream's full window would hold gigabytes. Once the budget is spent, streams
+  keep what they have and new ones get the announced window only; a stream's
+  share comes back when it ends.
 
 With PINGs off (``-ping-interval 0``) nothing is measured: every stream gets
 :data:`UNMEASURED_WINDOW` (capped).
@@ -61,6 +67,35 @@ def connection_window(cap: int) -> int:
     return max(CONNECTION_WINDOW, cap)
 
 
+class WindowBudget:
+    """The receive window granted past the announced one, over every stream of the
+    connections that share it (a pool's): what slow clients can have buffered
+    for them in all, beyond the announced window each. The streams' tables take
+    from it as windows grow and give back what a stream had when it ends."""
+
+    __slots__ = ("granted", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.granted = 0
+
+    def take(self, wanted: int) -> int:
+        """Up to ``wanted`` bytes of window, as much as is left."""
+        granted = max(0, min(wanted, self.limit - self.granted))
+        self.granted += granted
+        return granted
+
+    def give(self, nbytes: int) -> None:
+        """A stream that had ``nbytes`` of it ended."""
+        self.granted -= nbytes
+
+
+def unbounded() -> WindowBudget:
+    """For a connection that shares no budget (``h2ping check``'s): its windows
+    grow as the link says, up to their cap."""
+    return WindowBudget(2**63 - 1)
+
+
 class ReceiveWindow:
     """One connection's per-stream receive window, and the PINGs that size it.
 
@@ -77,18 +112,25 @@ class ReceiveWindow:
         "_sent_at",
         "_since",
         "announced",
+        "budget",
         "cap",
         "measuring",
         "size",
     )
 
     def __init__(
-        self, cap: int, measuring: bool, clock: Callable[[], float] = time.perf_counter
+        self,
+        cap: int,
+        measuring: bool,
+        clock: Callable[[], float] = time.perf_counter,
+        budget: WindowBudget | None = None,
     ) -> None:
         """``measuring``: PINGs may be sent (off with ``-ping-interval 0``). ``clock``
         times the round trips (the loop's own clock ticks in whole milliseconds
-        on uvloop)."""
+        on uvloop). ``budget``: where each stream's window past ``announced``
+        comes from, shared with other connections (none: no bound but ``cap``)."""
         self._clock = clock
+        self.budget = budget if budget is not None else unbounded()
         self.cap = cap
         self.measuring = measuring
         #: SETTINGS_INITIAL_WINDOW_SIZE in the preface: a new stream's window at first.

@@ -20,6 +20,7 @@ from ..config import Config, HostPort, parse_listen, parse_upstream
 from ..egress import read_proxy_setting
 from ..errors import AccessLogError, BindError, UpstreamError
 from ..forward.exchange import Exchange, ExchangeContext
+from ..forward.growth import NoStreamsAllowed
 from ..forward.headerlog import HeaderLog
 from ..forward.pool import Pool
 from ..forward.replay import ReplayPolicy
@@ -282,6 +283,13 @@ class Proxy:
         assert self.pool is not None  # warm_up checked
         try:
             slot = await self.pool.acquire(early=False)
+        except NoStreamsAllowed:
+            log.warning(
+                "upstream %s allows no streams at start (SETTINGS_MAX_CONCURRENT_STREAMS 0); "
+                "requests get 502 until it allows some",
+                self.config.upstream.display,
+            )
+            return
         except UpstreamError as exc:
             upstream = self.config.upstream.display
             via = self.config.upstream_proxy
@@ -319,8 +327,11 @@ class Proxy:
         if reason is not None:
             return reason
         assert self.pool is not None  # made before the server starts
-        if any(conn.state is ConnState.OPEN for conn in self.pool.connections):
+        # Open and taking streams (one that allows none is no sign of readiness).
+        if any(c.state is ConnState.OPEN and c.max_streams for c in self.pool.connections):
             return None
+        if (refusal := self.pool.refusal) is not None:
+            return f"upstream: {refusal}"  # known: no dial to say it again
         try:
             async with asyncio.timeout(timeout):
                 slot = await self.pool.acquire(early=False)

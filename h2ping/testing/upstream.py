@@ -310,6 +310,16 @@ class ScriptedConnection(asyncio.Protocol):
         self._h2.increment_flow_control_window(increment, stream_id or None)
         self._flush()
 
+    def stop_reading(self) -> None:
+        """Read nothing more of what the client sends, until :meth:`resume_reading`:
+        a server that stops taking the client's writes, whose buffers fill up."""
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None:
+            self._transport.resume_reading()
+
     @contextlib.contextmanager
     def corked(self) -> Iterator[None]:
         """Hold every write of this connection until the block ends, then send

@@ -4,6 +4,7 @@ told at start, in one line with what to try."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 
@@ -64,3 +65,27 @@ async def test_the_first_request_finds_the_connection_open(tmp_path: Path) -> No
             assert await proxy.terminate() == 0
     assert "connections_opened=1" in proxy.log_text()
     assert " WARNING " not in proxy.log_text()
+
+
+async def test_an_upstream_that_allows_no_streams_is_told_at_start_without_a_dial_loop(
+    tmp_path: Path,
+) -> None:
+    port, ready = free_port(), tmp_path / "ready"
+    async with ScriptedUpstream(max_concurrent_streams=0) as upstream:
+        proxy = await launch(
+            command(port, upstream.url, ready), log=tmp_path / "log", ready_file=ready
+        )
+        try:
+            await wait_until(lambda: "allows no streams at start" in proxy.log_text())
+            await asyncio.sleep(1.0)  # a dial loop would open thousands meanwhile
+            assert len(upstream.connections) <= 2, len(upstream.connections)
+        finally:
+            assert await proxy.terminate() == 0
+    lines = proxy.log_text().splitlines()
+    (line,) = [line for line in lines if "allows no streams at start" in line]
+    assert line.split(": ", 1)[1] == (
+        f"upstream {upstream.url} allows no streams at start "
+        "(SETTINGS_MAX_CONCURRENT_STREAMS 0); requests get 502 until it allows some"
+    )
+    # And the pool's own line, once: later connections that allow none say nothing more.
+    assert sum("allows no streams (SETTINGS" in line for line in lines) == 1

@@ -1,16 +1,19 @@
-"""FrameSplitter: frame boundaries, GOAWAY taken out, size and flood limits."""
+"""FrameSplitter: frame boundaries, GOAWAY taken out, size limits, and what each
+frame is charged to the flood budget."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable
 
+import pytest
+from hyperframe.frame import PriorityFrame
+
+from h2ping.http2.engine import floodguard as fg
+from h2ping.http2.engine.floodguard import FloodError, FloodGuard, IdleStreamError
 from h2ping.http2.engine.frames import (
-    CONTROL_BURST,
-    CONTROL_PER_SECOND,
     GOAWAY,
     MAX_FRAME_SIZE,
     RUN,
-    FloodError,
     FrameSizeError,
     FrameSplitter,
 )
@@ -69,39 +72,178 @@ def test_a_frame_over_our_max_frame_size_is_refused_from_its_header() -> None:
     assert FrameSplitter().split(at_limit) == [(RUN, at_limit)]
 
 
+PRIORITY = PriorityFrame(1, depends_on=0, stream_weight=16).serialize()
+UNKNOWN = b"\x00\x00\x00\x20\x00\x00\x00\x00\x00"  # type 0x20, empty
+EMPTY_SETTINGS = FakeServer.settings()
+
+
+def unknown(length: int) -> bytes:
+    return length.to_bytes(3, "big") + b"\x20\x00" + bytes(4) + bytes(length)
+
+
+def settings_of(entries: int) -> bytes:
+    payload = b"".join(b"\x00\x01" + (4096 + i % 2).to_bytes(4, "big") for i in range(entries))
+    return len(payload).to_bytes(3, "big") + b"\x04\x00" + bytes(4) + payload
+
+
 @pytest.mark.parametrize(
-    "frame", [PING, SETTINGS, EMPTY_DATA], ids=["ping", "settings", "empty-data"]
+    ("frame", "kind"),
+    [
+        (PING, fg.PING),
+        (PING_ACK, fg.PING),
+        (EMPTY_SETTINGS, fg.SETTINGS),
+        (FakeServer.settings(ack=True), fg.SETTINGS),
+        (EMPTY_DATA, fg.EMPTY_DATA),
+        (PRIORITY, fg.PRIORITY),
+        (UNKNOWN, fg.UNKNOWN),
+    ],
+    ids=["ping", "ping-ack", "settings", "settings-ack", "empty-data", "priority", "unknown"],
 )
-def test_a_control_frame_flood_is_refused(frame: bytes) -> None:
+def test_a_small_frame_costs_one_unit_and_a_flood_of_them_is_refused(
+    frame: bytes, kind: str
+) -> None:
     splitter = FrameSplitter(clock=Clock())
-    splitter.split(frame * CONTROL_BURST)
-    with pytest.raises(FloodError):
+    splitter.split(frame * int(fg.BURST))
+    with pytest.raises(FloodError) as refused:
         splitter.split(frame)
+    assert refused.value.kind == kind
 
 
-@pytest.mark.parametrize("frame", [PING_ACK, DATA, FakeServer.settings(ack=True)])
-def test_acks_and_data_with_payload_are_not_counted(frame: bytes) -> None:
+@pytest.mark.parametrize("frame", [DATA, HEADERS, FakeServer.data(1, b"", end_stream=True)])
+def test_a_response_is_never_charged(frame: bytes) -> None:
     splitter = FrameSplitter(clock=Clock())
-    many = frame * (CONTROL_BURST * 2)
+    many = frame * int(fg.BURST * 2)
     assert splitter.split(many) == [(RUN, many)]
     # The allowance is still whole: a full burst of counted frames passes, one more does not.
-    splitter.split(PING * CONTROL_BURST)
+    splitter.split(PING * int(fg.BURST))
     with pytest.raises(FloodError):
         splitter.split(PING)
+
+
+def test_a_settings_frame_costs_by_its_entries() -> None:
+    # A 16 KiB SETTINGS frame (2,730 entries) costs what hundreds of PINGs do:
+    # the first fits the budget, the second does not.
+    big = settings_of(MAX_FRAME_SIZE // 6)
+    splitter = FrameSplitter(clock=Clock())
+    splitter.split(big)
+    with pytest.raises(FloodError) as refused:
+        splitter.split(big)
+    assert refused.value.kind == fg.SETTINGS
+    # An ordinary one (a handful of entries) costs a unit and a bit.
+    splitter = FrameSplitter(clock=Clock())
+    splitter.split(settings_of(6) * 400)
+    splitter.split(PING * int(fg.BURST - 400 * (1 + 6 * fg.SETTINGS_ENTRY)))
+    with pytest.raises(FloodError):
+        splitter.split(PING)
+
+
+def test_goaway_frames_are_costly_and_dropped_payloads_cost_by_size() -> None:
+    splitter = FrameSplitter(clock=Clock())
+    allowed = int(fg.BURST // fg.GOAWAY_COST)
+    pieces = splitter.split(GOAWAY_FRAME * allowed)
+    assert [kind for kind, _ in pieces] == [GOAWAY] * allowed
+    with pytest.raises(FloodError) as refused:
+        splitter.split(GOAWAY_FRAME)
+    assert refused.value.kind == fg.GOAWAY
+    splitter = FrameSplitter(clock=Clock())
+    per_frame = 1 + MAX_FRAME_SIZE / fg.BYTES_PER_UNIT
+    splitter.split(unknown(MAX_FRAME_SIZE) * int(fg.BURST // per_frame))
+    with pytest.raises(FloodError):
+        splitter.split(unknown(MAX_FRAME_SIZE))
+
+
+def test_the_costliest_kind_of_a_batch_is_named() -> None:
+    splitter = FrameSplitter(clock=Clock())
+    with pytest.raises(FloodError) as refused:
+        splitter.split(PING * 10 + PRIORITY * int(fg.BURST))
+    assert refused.value.kind == fg.PRIORITY
+    assert "flood of PRIORITY frames" in str(refused.value)
 
 
 def test_the_allowance_refills_with_time_up_to_the_burst() -> None:
     clock = Clock()
     splitter = FrameSplitter(clock=clock)
-    splitter.split(PING * CONTROL_BURST)
+    splitter.split(PING * int(fg.BURST))
     clock.now += 2.0
-    splitter.split(PING * (2 * CONTROL_PER_SECOND))
+    splitter.split(PING * int(2 * fg.PER_SECOND))
     with pytest.raises(FloodError):
         splitter.split(PING)
     clock.now += 3600.0  # a long quiet spell refills to the burst, not beyond
-    splitter.split(PING * CONTROL_BURST)
+    splitter.split(PING * int(fg.BURST))
     with pytest.raises(FloodError):
         splitter.split(PING)
+
+
+def client_splitter(*opened: int) -> tuple[FrameSplitter, FloodGuard, set[int]]:
+    """A client's splitter: ``opened`` streams opened, and still served."""
+    streams = set(opened)
+    guard = FloodGuard(Clock(), streams)
+    for stream_id in opened:
+        guard.opened(stream_id)
+    return FrameSplitter(guard=guard), guard, streams
+
+
+@pytest.mark.parametrize("make", [FakeServer.rst, FakeServer.window_update])
+@pytest.mark.parametrize("stream_id", [2, 5, 101])
+def test_rst_stream_or_window_update_on_a_stream_never_opened_is_refused(
+    make: Callable[[int, int], bytes], stream_id: int
+) -> None:
+    splitter, _, _ = client_splitter(1, 3)
+    with pytest.raises(IdleStreamError, match=f"on stream {stream_id}, never opened"):
+        splitter.split(make(stream_id, 1))
+    # Opened ones, and the connection (WINDOW_UPDATE on 0), are not.
+    splitter, _, _ = client_splitter(1, 3)
+    splitter.split(make(1, 8) + make(3, 8) + FakeServer.window_update(0, 1))
+
+
+def test_window_updates_are_paid_for_by_the_data_frames_sent() -> None:
+    splitter, guard, _ = client_splitter(1)
+    for _ in range(1000):  # an upload of 1,000 DATA frames
+        guard.sent_data()
+        # the server's application reads it 4 KiB at a time: a credit for each,
+        # on the stream and on the connection
+        splitter.split((FakeServer.window_update(1, 4096) + FakeServer.window_update(0, 4096)) * 4)
+    with pytest.raises(FloodError) as refused:  # and without anything sent, a flood
+        splitter.split(FakeServer.window_update(1, 1) * int(fg.BURST + 1))
+    assert refused.value.kind == fg.WINDOW_UPDATE
+
+
+def test_resets_are_paid_for_by_the_streams_opened() -> None:
+    # A server refusing every stream under load: one RST_STREAM per stream.
+    splitter, guard, _ = client_splitter()
+    for stream_id in range(1, 20001, 2):
+        guard.opened(stream_id)
+        splitter.split(FakeServer.rst(stream_id, 7))
+    with pytest.raises(FloodError) as refused:
+        splitter.split(FakeServer.rst(1, 7) * int(fg.BURST + 1))
+    assert refused.value.kind == fg.RST_STREAM
+
+
+def test_small_frames_on_streams_let_go_are_charged_full_ones_are_not() -> None:
+    splitter, _, streams = client_splitter(1, 3)
+    streams.discard(1)  # let go (a client went away): the server may not know yet
+    # What a server had in flight, in full frames: nothing to pay.
+    splitter.split(FakeServer.data(1, b"d" * fg.SMALL_DATA) * 5000)
+    splitter.split(FakeServer.data(3, b"x") * 5000)  # a stream still served: nothing
+    with pytest.raises(FloodError) as refused:
+        splitter.split(FakeServer.data(1, b"x") * int(fg.BURST + 1))
+    assert refused.value.kind == fg.CLOSED_STREAMS
+    # HEADERS on such a stream cost by the size of their block (HPACK work).
+    splitter, _, streams = client_splitter(1)
+    streams.clear()
+    block = SERVER.headers(1, 200, [("x-pad", "p" * 1000)])
+    per_frame = 1 + (len(block) - 9) / fg.HPACK_BYTES_PER_UNIT
+    splitter.split(block * int(fg.BURST // per_frame))
+    with pytest.raises(FloodError):
+        splitter.split(block)
+
+
+def test_a_servers_splitter_charges_no_frame_a_request_explains() -> None:
+    """The scripted server's splitter has no table of streams: resets, window
+    credit and frames of any stream are its client's ordinary traffic."""
+    splitter = FrameSplitter(clock=Clock())
+    ordinary = FakeServer.rst(1, 8) + FakeServer.window_update(1, 1) + FakeServer.data(9, b"x")
+    splitter.split(ordinary * int(fg.BURST * 2))
 
 
 def test_take_hands_out_about_a_budget_at_a_time_and_keeps_the_rest() -> None:
@@ -127,3 +269,23 @@ def test_an_oversized_frame_header_is_ready_so_it_gets_refused_at_once() -> None
     assert splitter.ready
     with pytest.raises(FrameSizeError):
         splitter.take(1)
+
+
+def test_the_budget_refills_with_time_and_earnings_up_to_the_burst() -> None:
+    clock = Clock()
+    guard = FloodGuard(clock, set())
+    guard.charge({fg.PING: fg.BURST})
+    for _ in range(3):
+        guard.opened(1)  # 3 streams: 3 * PER_STREAM units
+    guard.charge({fg.RST_STREAM: 3 * fg.PER_STREAM})
+    with pytest.raises(FloodError):
+        guard.charge({fg.RST_STREAM: 1})
+    clock.now += 1.0  # a second: PER_SECOND units, from where the overspend left it
+    guard.charge({fg.PING: fg.PER_SECOND - 1 - 0.001})
+    clock.now += 3600.0
+    for _ in range(1000):
+        guard.sent_data()  # earnings do not raise it past the burst either
+    guard.charge({fg.PING: fg.BURST})
+    with pytest.raises(FloodError) as refused:
+        guard.charge({fg.PING: 0.5, fg.GOAWAY: 1.5})
+    assert refused.value.kind == fg.GOAWAY  # the costliest of the batch

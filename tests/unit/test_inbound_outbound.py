@@ -69,6 +69,29 @@ async def test_a_large_backlog_is_handled_one_share_per_iteration_without_readin
     assert transport.pauses == 1
 
 
+async def test_a_hold_keeps_reading_off_whatever_the_backlog_says() -> None:
+    """Held (the peer reads none of our writes): the backlog already read is
+    handled, one share a turn, and reading resumes only once both allow it."""
+    backlog, transport = Backlog(), FakeTransport()  # strict: no double pause or resume
+    inbound = turns(backlog, transport)
+    backlog.size = 2 * INBOUND_BATCH
+    inbound.arrived()
+    inbound.hold(True)
+    assert not transport.reading and transport.pauses == 1
+    for _ in range(4):
+        await asyncio.sleep(0)
+    assert backlog.size == 0 and not transport.reading, "a drained backlog resumed a hold"
+    inbound.hold(False)
+    assert transport.reading and transport.resumes == 1
+    inbound.hold(True)  # with nothing waiting: paused at once
+    assert not transport.reading and transport.pauses == 2
+    backlog.size = 1000
+    inbound.arrived()
+    assert backlog.batches[-1] == 1000 and not transport.reading
+    inbound.hold(False)
+    assert transport.reading
+
+
 def test_the_share_grows_with_the_open_streams_up_to_its_cap() -> None:
     assert turn_share(0) == turn_share(1) == INBOUND_BATCH
     assert turn_share(INBOUND_BATCH // STREAM_SHARE) == INBOUND_BATCH

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from h2ping.errors import UpstreamError
+from h2ping.forward import growth
+from h2ping.forward.growth import FIRST_BACKOFF, LAST_BACKOFF, NoStreamsAllowed, PoolGrowth
 from h2ping.forward.pool import Pool
 from h2ping.http2.upstream import ConnState, UpstreamConnection
 from h2ping.stats import Stats
@@ -112,6 +114,7 @@ class FakeDialer:
         ping_backoff: object = None,
         tls_sessions: object = None,
         on_preface: object = None,
+        window_budget: object = None,
     ) -> FakeConn:
         self.attempts += 1
         if self.gate is not None:
@@ -125,7 +128,7 @@ class FakeDialer:
 
 @asynccontextmanager
 async def open_pool(
-    max_streams: int = 2, *, full_and_held: bool = False
+    max_streams: int = 2, *, full_and_held: bool = False, **settings: Any
 ) -> AsyncIterator[tuple[FakeDialer, Pool]]:
     """A FakeDialer and a Pool that dials with it; on the way out a held dial is let
     through and the pool closed, whatever the test did.
@@ -133,7 +136,7 @@ async def open_pool(
     ``full_and_held``: the pool's one connection already carries its one stream and
     the next dial waits on the gate, so whoever asks for a slot now has to queue."""
     dialer = FakeDialer(max_streams)
-    pool = Pool(config(), None, Stats(), dial=dialer)
+    pool = Pool(config(**settings), None, Stats(), dial=dialer)
     try:
         if full_and_held:
             assert max_streams == 1
@@ -358,6 +361,7 @@ async def test_a_dying_connection_is_not_handed_to_a_waiting_request(death: str)
         ping_backoff=None,
         tls_sessions=None,
         on_preface=None,
+        window_budget=None,
     ):  # type: ignore[no-untyped-def]
         if dialled:
             await never  # the second connection never comes up
@@ -388,3 +392,136 @@ async def test_a_dying_connection_is_not_handed_to_a_waiting_request(death: str)
     pool.close()
     with pytest.raises(UpstreamError):
         await waiter
+
+
+# ------------------------------------------------- a server that allows no streams
+
+
+async def test_a_connection_that_allows_no_streams_is_full_and_the_next_dial_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(growth, "FIRST_BACKOFF", 0.2)
+    async with open_pool(max_streams=0) as (dialer, pool):
+        with pytest.raises(NoStreamsAllowed, match="upstream allows no streams"):
+            async with asyncio.timeout(5):  # dialling on and on, it would never answer
+                await pool.acquire()
+        assert dialer.attempts == 1
+        # Requests meanwhile wait for the back-off: no dial before it.
+        waiters = [asyncio.create_task(pool.acquire()) for _ in range(50)]
+        await settle()
+        assert dialer.attempts == 1 and not any(w.done() for w in waiters)
+        # Then one dial; it allows none either, and nothing in flight can make room.
+        done, _ = await asyncio.wait(waiters, timeout=5)
+        assert len(done) == 50 and dialer.attempts == 2
+        assert all(isinstance(w.exception(), NoStreamsAllowed) for w in waiters)
+        # The older connection that took nothing is closed: one is enough to hear from.
+        assert dialer.conns[0].retired_for == "upstream allows no streams"
+        assert pool.connections == [dialer.conns[1]]
+
+
+async def test_after_the_back_off_a_connection_that_takes_streams_serves_and_ends_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(growth, "FIRST_BACKOFF", 0.05)
+    async with open_pool(max_streams=0) as (dialer, pool):
+        with pytest.raises(NoStreamsAllowed):
+            async with asyncio.timeout(5):
+                await pool.acquire()
+        assert pool.refusal is not None
+        dialer.max_streams = 1  # the server takes streams again
+        async with asyncio.timeout(5):
+            slot = await pool.acquire()
+        assert dialer.attempts == 2 and slot.conn is dialer.conns[1]
+        assert pool.refusal is None
+        assert dialer.conns[0].retired_for == ""  # its limit may rise: kept until idle
+
+
+async def test_a_request_waits_on_a_connection_in_flight_when_a_new_one_allows_none() -> None:
+    async with open_pool(max_streams=1) as (dialer, pool):
+        (await pool.acquire()).open()
+        dialer.max_streams = 0  # the server sheds load: new connections get none
+        waiter = asyncio.create_task(pool.acquire())
+        await settle()
+        assert dialer.attempts == 2 and not waiter.done(), "failed though a stream will end"
+        dialer.conns[0].end_stream()
+        await settle()
+        assert waiter.done() and waiter.result().conn is dialer.conns[0]
+        assert dialer.attempts == 2
+
+
+async def test_a_server_that_raises_its_limit_ends_the_refusal() -> None:
+    async with open_pool(max_streams=0) as (dialer, pool):
+        with pytest.raises(NoStreamsAllowed):
+            async with asyncio.timeout(5):
+                await pool.acquire()
+        (conn,) = dialer.conns
+        conn.max_streams = 2  # its SETTINGS raised the limit
+        conn.notify()
+        slot = await pool.acquire()
+        assert slot.conn is conn and dialer.attempts == 1
+
+
+async def test_the_pool_holds_at_most_max_upstream_conns(caplog: pytest.LogCaptureFixture) -> None:
+    async with open_pool(max_streams=1, max_upstream_conns=2) as (dialer, pool):
+        for _ in range(2):
+            (await pool.acquire()).open()
+        waiters = [asyncio.create_task(pool.acquire()) for _ in range(3)]
+        await settle()
+        assert dialer.attempts == 2 and not any(w.done() for w in waiters)
+        limit = [r.getMessage() for r in caplog.records if "limit reached" in r.getMessage()]
+        assert limit == [
+            "upstream connection limit reached: 2 connections (max-upstream-conns 2); "
+            "requests wait for a stream slot on them"
+        ]
+        dialer.conns[1].end_stream()
+        await settle()
+        assert waiters[0].done() and waiters[0].result().conn is dialer.conns[1]
+        assert dialer.attempts == 2
+
+
+async def test_at_the_bound_a_retiring_connection_drains_to_make_room() -> None:
+    async with open_pool(max_streams=1, max_upstream_conns=1) as (dialer, pool):
+        (await pool.acquire()).open()
+        old = dialer.conns[0]
+        old.on_age(old)  # its successor cannot open: it stops taking streams instead
+        await settle()
+        assert old.retired_for == "max-conn-age" and dialer.attempts == 1
+        waiter = asyncio.create_task(pool.acquire())
+        old.end_stream()
+        old.close("drained")
+        await settle()
+        assert waiter.done() and waiter.result().conn is dialer.conns[1]
+
+
+def test_the_back_off_doubles_to_its_cap_and_ends_with_a_connection_that_takes_streams() -> None:
+    now = [100.0]
+    growth = PoolGrowth("up:443", 10, lambda: now[0])
+    assert growth.wait() == 0 and growth.refusal is None
+    waits = []
+    for _ in range(8):
+        growth.allows_none(1)
+        waits.append(growth.wait())
+    assert waits == [FIRST_BACKOFF, 1.0, 2.0, 4.0, 8.0, LAST_BACKOFF, LAST_BACKOFF, LAST_BACKOFF]
+    assert growth.refusal is not None
+    assert growth.refusal.detail == (
+        "upstream allows no streams (up:443 sent SETTINGS_MAX_CONCURRENT_STREAMS 0)"
+    )
+    now[0] += 4.0
+    assert growth.wait() == LAST_BACKOFF - 4.0
+    growth.allows_some()
+    assert growth.wait() == 0 and growth.refusal is None
+    growth.allows_none(2)
+    assert growth.wait() == FIRST_BACKOFF  # a new episode starts from the first step
+
+
+def test_the_bound_is_told_at_most_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    now = [100.0]
+    growth = PoolGrowth("up:443", 3, lambda: now[0])
+    assert not growth.at_limit(2)
+    assert growth.at_limit(3) and growth.at_limit(3)
+    now[0] += 59.0
+    assert growth.at_limit(3)
+    assert caplog.text.count("limit reached") == 1
+    now[0] += 1.0
+    assert growth.at_limit(4)
+    assert caplog.text.count("limit reached") == 2

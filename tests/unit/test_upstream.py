@@ -23,6 +23,7 @@ from h2ping.http2.outbound import PUMP_BATCH
 from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState
 from h2ping.http2.upstream import PROVISIONAL_HEADER_LIST, ConnState, UpstreamConnection
 from h2ping.http2.windows import CONNECTION_WINDOW, UNMEASURED_WINDOW
+from h2ping.http2.writeblock import WriteBlock
 from h2ping.stats import Stats
 
 from ..fakeloop import FakeLoop
@@ -426,3 +427,84 @@ async def test_response_credit_is_held_on_the_stream_until_given_back() -> None:
     assert stream.unacked == 0
     stream.ack_held()  # nothing more to give
     assert not of(WindowUpdateFrame, await h.sent())
+
+
+# ------------------------------------------------------ an upstream that does not read
+
+
+async def test_blocked_writes_stop_reading_and_new_streams_until_they_drain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeLoop()  # the write deadline's clock only
+    monkeypatch.setattr(clocks, "WriteBlock", lambda _loop, *args: WriteBlock(clock, *args))
+    h = Harness(write_timeout=5.0)
+    stream, sink = h.open()
+    before = h.changes
+    h.conn.pause_writing()  # what the transport says past its high-water mark
+    assert not h.transport.reading, "reading goes on while nothing is written"
+    assert h.conn.free_slots == 0 and h.conn.try_reserve() is None
+    # A backlog handled meanwhile leaves reading off.
+    h.feed(h.server.headers(stream.stream_id, 200))
+    await h.sent()
+    assert not h.transport.reading and sink.status == 200
+    h.conn.resume_writing()
+    assert h.transport.reading and h.conn.free_slots == 9
+    assert h.changes > before, "the pool was not told the slots are back"
+    assert clock.pending == 0, "the deadline outlived the block"
+    assert h.conn.state is ConnState.OPEN
+
+
+async def test_writes_blocked_past_the_deadline_cut_the_connection(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeLoop()
+    monkeypatch.setattr(clocks, "WriteBlock", lambda _loop, *args: WriteBlock(clock, *args))
+    h = Harness(write_timeout=5.0)
+    _, sink = h.open()
+    h.transport.buffered = 300_000
+    h.conn.pause_writing()
+    clock.advance(4.9)
+    h.transport.buffered = 200_000  # a slow link: it took some, the clock starts again
+    clock.advance(0.2)
+    assert h.conn.state is ConnState.OPEN
+    clock.advance(4.7)
+    assert h.conn.state is ConnState.OPEN
+    clock.advance(0.5)  # five seconds with none of it taken
+    assert h.conn.state is ConnState.CLOSED and h.transport.aborted
+    assert sink.error is not None and not sink.error.retryable
+    assert sink.error.error == errors.CONNECTION_TERMINATED
+    assert sink.error.detail == (
+        "upstream connection 1 stopped reading what h2ping writes (200000 bytes unread for 5.0s)"
+    )
+    (line,) = [r.getMessage() for r in caplog.records if "not reading" in r.getMessage()]
+    assert line == (
+        "conn=1 upstream is not reading what h2ping writes: 200000 bytes waiting, none taken "
+        "for 5.0s (write-timeout 5s); closing, failing 1 stream"
+    )
+    assert clock.pending == 0
+
+
+async def test_the_write_deadline_ends_with_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeLoop()
+    monkeypatch.setattr(clocks, "WriteBlock", lambda _loop, *args: WriteBlock(clock, *args))
+    h = Harness()
+    h.conn.pause_writing()
+    assert clock.pending == 1
+    h.conn.close("test")
+    assert clock.pending == 0
+
+
+async def test_a_slot_reserved_before_settings_that_allow_no_streams_is_lost_not_a_crash() -> None:
+    """Taken behind the preface, used once the peer's SETTINGS said 0: nothing is
+    sent, and the request asks the pool again."""
+    conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
+    transport = FakeTransport()
+    conn.connection_made(transport)
+    slot = conn.try_reserve()
+    assert slot is not None
+    conn.data_received(FakeServer.settings(max_concurrent_streams=0))
+    with pytest.raises(SlotLost) as lost:
+        slot.open(REQUEST, RecordingSink(), end_stream=True)
+    assert lost.value.retryable and lost.value.detail == "connection 1 allows 0 streams now"
+    await asyncio.sleep(0)
+    assert not of(HeadersFrame, transport.frames()) and conn.reserved == 0

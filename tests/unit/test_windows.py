@@ -11,6 +11,7 @@ from hyperframe.frame import HeadersFrame, PingFrame, SettingsFrame, WindowUpdat
 
 from h2ping.http2 import windows
 from h2ping.http2.pingbackoff import PingBackoff
+from h2ping.http2.streams import UpstreamStream
 from h2ping.http2.upstream import UpstreamConnection
 from h2ping.http2.windows import (
     ASSUMED_RATE,
@@ -18,6 +19,7 @@ from h2ping.http2.windows import (
     PING_SPACING,
     UNMEASURED_WINDOW,
     ReceiveWindow,
+    WindowBudget,
 )
 from h2ping.stats import Stats
 
@@ -126,9 +128,11 @@ def test_unmeasured_windows_are_fixed_and_send_no_ping() -> None:
 # -- on an upstream connection ---------------------------------------------------------
 
 
-def connection(clock: Clock) -> tuple[UpstreamConnection, FakeTransport]:
+def connection(
+    clock: Clock, budget: WindowBudget | None = None
+) -> tuple[UpstreamConnection, FakeTransport]:
     conn = UpstreamConnection(config(ping_interval=60.0), 1, lambda c: None, Stats())
-    conn.window = ReceiveWindow(CAP, measuring=True, clock=clock)
+    conn.window = ReceiveWindow(CAP, measuring=True, clock=clock, budget=budget)
     transport = FakeTransport()
     conn.connection_made(transport)
     return conn, transport
@@ -189,3 +193,57 @@ async def test_after_a_server_punished_pings_new_connections_measure_nothing() -
     after.connection_made(transport)
     assert not after.window.measuring and not of(PingFrame, transport.frames())
     assert after.window.size == UNMEASURED_WINDOW
+
+
+def stream_updates(transport: FakeTransport) -> dict[int, int]:
+    """Stream id -> the window increments written for it since the last look."""
+    grown: dict[int, int] = {}
+    for frame in of(WindowUpdateFrame, transport.frames()):
+        if frame.stream_id:
+            grown[frame.stream_id] = grown.get(frame.stream_id, 0) + frame.window_increment
+    return grown
+
+
+async def test_the_windows_of_every_connection_grow_out_of_one_budget() -> None:
+    """Slow clients hold their streams' whole windows: the windows' growth, over
+    all connections, stays within the budget; a stream's share comes back when it ends."""
+    clock = Clock()
+    raise_by = int(0.010 * ASSUMED_RATE) - FLOOR_WINDOW  # a 10 ms round trip
+    budget = WindowBudget(2 * raise_by + raise_by // 2)
+    pair = [connection(clock, budget) for _ in range(2)]
+    opened: list[list[UpstreamStream]] = []
+    for conn, transport in pair:
+        ping = of(PingFrame, transport.frames())[0]
+        conn.data_received(FakeServer.settings(max_concurrent_streams=10))
+        await conn.wait_ready()
+        opened.append(
+            [
+                conn.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
+                for _ in range(2)
+            ]
+        )
+        await asyncio.sleep(0)
+        transport.frames()
+        clock.now += 0.010
+        conn.data_received(FakeServer.ping_ack(ping.opaque_data))
+        await asyncio.sleep(0)
+    (first, first_transport), (second, second_transport) = pair
+    # The first connection's two streams took their raises; the second's got the rest.
+    assert stream_updates(first_transport) == {1: raise_by, 3: raise_by}
+    assert stream_updates(second_transport) == {1: raise_by // 2}
+    assert budget.granted == budget.limit
+    # Spent: a new stream gets the announced window only.
+    late = first.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
+    await asyncio.sleep(0)
+    assert stream_updates(first_transport) == {}
+    # A stream that ends gives its share back: the next stream has it.
+    first.data_received(FakeServer().headers(1, 200, end_stream=True))
+    assert opened[0][0].closed and budget.granted == budget.limit - raise_by
+    again = first.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
+    await asyncio.sleep(0)
+    assert stream_updates(first_transport) == {again.stream_id: raise_by}
+    assert late.extra == 0 and again.extra == raise_by
+    # A connection that ends gives back all its streams had.
+    second.close("test")
+    first.close("test")
+    assert budget.granted == 0

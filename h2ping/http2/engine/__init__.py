@@ -9,8 +9,9 @@ hyperframe. This package's own names are its one door, and no module outside
   which of its fast paths this process takes, their probes run on the first call;
 - :class:`FrameSplitter` and what it hands out (:data:`GOAWAY` pieces, the
   :class:`FloodError` and :class:`FrameSizeError` it raises): GOAWAY frames
-  taken out of the inbound bytes before h2 sees them, and control floods
-  counted, for the scripted test server too, which drives h2 as a server;
+  taken out of the inbound bytes before h2 sees them, and what each frame costs
+  charged to a flood budget (:mod:`.floodguard`), for the scripted test server
+  too, which drives h2 as a server;
 - :func:`not_http2` (:mod:`.opening`): the words for a peer whose first bytes
   are no HTTP/2 (HTTP/1.x, TLS, text), which its faults then say.
 
@@ -21,7 +22,8 @@ the inbound bytes at frame boundaries."""
 from .facade import ConnectionFault, H2Engine, Heard, PeerEvents, StreamEvents
 from .fastpaths import enabled as fast_paths_taken
 from .fastpaths import states as fast_path_states
-from .frames import GOAWAY, FloodError, FrameSizeError, FrameSplitter, Goaway
+from .floodguard import FloodError
+from .frames import GOAWAY, FrameSizeError, FrameSplitter, Goaway
 from .opening import TEXT_ANSWER, not_http2
 
 __all__ = [

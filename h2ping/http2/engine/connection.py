@@ -64,6 +64,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.stream
+import hpack
 from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
 
@@ -71,7 +72,7 @@ from ... import errors
 from ...fields import Header
 from .errortext import describe_h2_error
 from .hpackdecode import FieldCachingDecoder
-from .hpackencode import RequestBlockEncoder
+from .hpackencode import CappedEncoder, RequestBlockEncoder
 from .manifest import (
     DATA,
     FAST_PATHS,
@@ -171,6 +172,19 @@ def _response_ended(machine: Any) -> None:
         machine.stream_closed_by = _CLOSED_BY_END  # stream_ended
 
 
+#: What h2 raises a header block's decoding failure from (its _decode_headers).
+_DECODING_FAILURES = (hpack.HPACKError, IndexError, TypeError, UnicodeDecodeError)
+
+
+def _compression_error(exc: h2.exceptions.ProtocolError) -> None:
+    """A header block that fails to decode is a connection error of type
+    COMPRESSION_ERROR (RFC 9113 4.3), a table size update over our limit among
+    them (RFC 7541 4.2); h2 says PROTOCOL_ERROR. Its GOAWAY takes the code given
+    here. (An oversized header list stays h2's ENHANCE_YOUR_CALM.)"""
+    if type(exc) is h2.exceptions.ProtocolError and isinstance(exc.__cause__, _DECODING_FAILURES):
+        exc.error_code = ErrorCodes.COMPRESSION_ERROR
+
+
 class StreamFault(h2.events.Event):
     """A stream's response was bad: the stream has been reset with ``error_code``.
 
@@ -213,6 +227,11 @@ class _Stream(_H2Stream):
         header_encoding: bool | str | None,
     ) -> Any:
         if self.state_machine.state is _CLOSED:
+            if self.state_machine.stream_closed_by is _CLOSED_BY_RESET:
+                # Reset by h2ping: the block was decoded (HPACK is in sync) and is
+                # discarded unanswered (RFC 9113 5.1), as DATA is (see
+                # H2Connection._handle_data_on_closed_stream).
+                return [], []
             # h2 refuses a header block on a stream it has forgotten with
             # StreamClosedError, and an informational one on a closed stream it
             # still holds with ProtocolError. The request_headers path forgets
@@ -289,6 +308,9 @@ class H2Connection(h2.connection.H2Connection):
         fast: Collection[str] = FAST_PATHS,
     ) -> None:
         super().__init__(config=config)
+        # hpack's encoder would let its table grow to whatever the peer allows
+        # (up to 4 GiB); h2ping's request blocks leave it alone anyway.
+        self.encoder = CappedEncoder()
         self._fast_receive = RECEIVE in fast
         self._fast_data = DATA in fast
         self._stream_faults = STREAM_FAULTS in fast
@@ -459,6 +481,7 @@ class H2Connection(h2.connection.H2Connection):
             return None, self._reset_faulty(None, fault.event)
         except h2.exceptions.ProtocolError as exc:
             self.fault_frame = (HeadersFrame.type, stream_id)
+            _compression_error(exc)
             self._terminate_connection(exc.error_code)  # as h2's receive_data does
             raise
         if frames:
@@ -592,8 +615,9 @@ class H2Connection(h2.connection.H2Connection):
                 [RstStreamFrame(frame.stream_id, error_code=ErrorCodes.STREAM_CLOSED)]
             )
             return []
-        except h2.exceptions.ProtocolError:
+        except h2.exceptions.ProtocolError as exc:
             self.fault_frame = (frame.type or 0, frame.stream_id)  # a connection error: say where
+            _compression_error(exc)
             raise
 
     def _handle_frame(self, frame: Frame) -> list[h2.events.Event]:
@@ -620,6 +644,21 @@ class H2Connection(h2.connection.H2Connection):
             raise
         self._prepare_for_sending(frames)
         return events
+
+    def _handle_data_on_closed_stream(
+        self, events: list[h2.events.Event], exc: h2.exceptions.StreamClosedError, frame: DataFrame
+    ) -> tuple[list[Frame], list[h2.events.Event]]:
+        """DATA on a closed stream: its connection-window credit goes back, as in
+        h2, but on a stream h2ping reset itself it is not answered. What the peer
+        sent before it saw our RST_STREAM is discarded (RFC 9113 5.1: "An endpoint
+        MUST ignore frames that it receives on closed streams after it has sent a
+        RST_STREAM frame"); h2 answers each frame with another RST_STREAM, which
+        lets a peer that goes on sending make h2ping write for ever. Part of
+        the ``stream_faults`` path: off, h2 answers as it does."""
+        frames, events = super()._handle_data_on_closed_stream(events, exc, frame)
+        if self._stream_faults and self._stream_closed_by(frame.stream_id) is _CLOSED_BY_RESET:
+            frames = [f for f in frames if f.__class__ is not RstStreamFrame]
+        return frames, events
 
     def _reset_faulty(self, frame: Frame | None, event: StreamFault) -> list[h2.events.Event]:
         stream = self.streams.get(event.stream_id)

@@ -40,13 +40,13 @@ from ...fields import Header
 from . import fastpaths
 from .connection import H2_CONFIG, H2Connection, StreamFault
 from .errortext import describe_h2_error
+from .floodguard import FloodError, FloodGuard, IdleStreamError
 from .frames import (
     FRAME,
     FRAME_HEADER,
     GOAWAY,
     HEADERS_TYPE,
     RUN,
-    FloodError,
     FrameSizeError,
     FrameSplitter,
     Goaway,
@@ -55,6 +55,7 @@ from .frames import (
 )
 from .manifest import DATA, RESPONSE_HEADERS
 from .opening import not_http2
+from .peerrules import PeerRules
 
 #: h2's initial connection window, before WINDOW_UPDATE raises it (RFC 9113 6.9.2).
 DEFAULT_WINDOW = 65535
@@ -121,8 +122,9 @@ class Heard:
 
     #: The start of the first bytes read: a peer that speaks no HTTP/2 shows it.
     opening: bytes = b""
-    #: Every setting the peer's SETTINGS frames carried, by code, as sent (a
-    #: setting never sent is missing); None before its first SETTINGS.
+    #: Every setting h2 knows that the peer's SETTINGS frames carried, by code,
+    #: as sent (a setting never sent is missing; unknown identifiers are
+    #: ignored, RFC 9113 6.5.2); None before its first SETTINGS.
     settings: dict[int, int] | None = None
     #: How the peer broke HTTP/2 for the whole connection, if it did
     #: (:attr:`ConnectionFault.detail`).
@@ -164,7 +166,7 @@ class H2Engine:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``fast``: the fast paths to take (default: those whose probes passed);
-        ``clock`` times control-frame floods."""
+        ``clock`` times the flood budget (:mod:`.floodguard`)."""
         self.fast = frozenset(fastpaths.enabled() if fast is None else fast)
         self._events = events
         self._streams = streams
@@ -179,8 +181,13 @@ class H2Engine:
         # which is CLOSED now): what the peer sent after is not handed to h2.
         self._over = False
         self._h2 = H2Connection(H2_CONFIG, header_list_limit, self.fast)
+        self._guard = FloodGuard(clock, streams)
+        self._rules = PeerRules(self._h2, self._guard)
         self._frames = FrameSplitter(
-            clock, plain_data=DATA in self.fast, plain_headers=RESPONSE_HEADERS in self.fast
+            clock,
+            plain_data=DATA in self.fast,
+            plain_headers=RESPONSE_HEADERS in self.fast,
+            guard=self._guard,
         )
 
     # ------------------------------------------------------------------ inbound
@@ -223,6 +230,8 @@ class H2Engine:
                     self._events.on_goaway(parse_goaway(piece))
         except FloodError as exc:
             raise self._fault(str(exc), ErrorCodes.ENHANCE_YOUR_CALM) from exc
+        except IdleStreamError as exc:
+            raise self._fault(f"{exc} (RFC 9113 5.1)") from exc
         except FrameSizeError as exc:
             raise self._fault(
                 f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
@@ -230,7 +239,8 @@ class H2Engine:
         except ConnectionFault as fault:
             raise self._fault(fault.detail, fault.error_code) from fault
         except Exception as exc:  # anything h2 raises on the peer's bytes
-            raise self._fault(describe_h2_error(exc, frame=self._h2.fault_frame)) from exc
+            code = getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR)  # as h2's GOAWAY has it
+            raise self._fault(describe_h2_error(exc, frame=self._h2.fault_frame), code) from exc
         finally:
             self._release()  # what came before a fault was good
         return backlog - frames.backlog
@@ -341,6 +351,8 @@ class H2Engine:
             self._release()
             try:
                 self._tell_one(events, event)
+            except FloodError:
+                raise  # the peer's, not a bug: the connection ends
             except Exception:  # a bug serving one stream must not end the others
                 events.on_internal_error(getattr(event, "stream_id", 0))
 
@@ -355,12 +367,18 @@ class H2Engine:
         elif isinstance(event, h2.events.StreamReset | StreamFault):
             if (stream := self._streams.get(event.stream_id)) is None:
                 return  # forgotten by the connection: h2 has reset it, or will
-            if isinstance(event, h2.events.StreamReset):
-                stream.got_reset(event.error_code)
-            else:
+            if isinstance(event, StreamFault):
                 stream.got_fault(event.error, event.detail)
+            elif event.remote_reset:
+                stream.got_reset(event.error_code)
+            else:  # h2 reset it, for what the peer did on it
+                stream.got_fault(*self._rules.local_reset(event.error_code))
+        elif isinstance(event, h2.events.InformationalResponseReceived):
+            self._rules.informational(event.headers)  # charged by its size
+            if (stream := self._streams.get(event.stream_id)) is not None:
+                stream.got_informational(event.headers)
         elif isinstance(event, h2.events.RemoteSettingsChanged):
-            sent = {code: change.new_value for code, change in event.changed_settings.items()}
+            sent = self._rules.settings_changed(event.changed_settings)
             self.heard.settings = {**(self.heard.settings or {}), **sent}
             events.on_settings(
                 self._h2.remote_settings.max_concurrent_streams,
@@ -368,10 +386,6 @@ class H2Engine:
             )
         elif isinstance(event, h2.events.PingAckReceived):
             events.on_ping_ack(event.ping_data)
-        elif isinstance(event, h2.events.InformationalResponseReceived):
-            stream = self._streams.get(event.stream_id)
-            if stream is not None:
-                stream.got_informational(event.headers)
         # The rest need nothing of h2ping: h2 answers PINGs and acknowledges
         # SETTINGS itself; response trailers are not forwarded.
 
@@ -392,6 +406,7 @@ class H2Engine:
     def send_request(self, stream_id: int, headers: list[Header], end_stream: bool) -> None:
         """Open ``stream_id`` with a request's HEADERS."""
         self._h2.send_request(stream_id, headers, end_stream)
+        self._guard.opened(stream_id)
 
     def send_window(self, stream_id: int) -> int:
         """How much request body the peer's windows take on ``stream_id`` now."""
@@ -411,6 +426,7 @@ class H2Engine:
     def send_data(self, stream_id: int, data: bytes | memoryview, end_stream: bool) -> None:
         """Raises h2's ``StreamClosedError`` when the stream is gone."""
         self._h2.send_body(stream_id, data, end_stream)
+        self._guard.sent_data()
 
     def end_stream(self, stream_id: int) -> None:
         self._h2.end_stream(stream_id)
@@ -439,6 +455,7 @@ class H2Engine:
 
     def ping(self, payload: bytes) -> None:
         self._h2.ping(payload)
+        self._guard.sent_ping()
 
     def close(self, error_code: int = ErrorCodes.NO_ERROR) -> None:
         """GOAWAY with ``error_code``, unless h2 has sent one of its own (it does

@@ -2,10 +2,12 @@
 
 Two jobs need frame boundaries. GOAWAY frames are taken out and handled by the
 connection, because h2 closes its whole state machine on any received GOAWAY and
-would fail the streams the server promised to finish. And control frames that a
-peer can send without limit (PING, SETTINGS, empty DATA) are counted, so a flood
-ends the connection instead of the process's CPU and memory (RFC 9113 10.5).
-Only the 9-byte frame headers are read; payloads pass through untouched.
+would fail the streams the server promised to finish. And every frame that
+asks nothing of h2ping's users is charged what it costs to a
+:class:`~.floodguard.FloodGuard`, so a flood ends the connection instead of the
+process's CPU and memory (RFC 9113 10.5); a RST_STREAM or WINDOW_UPDATE on a
+stream never opened is refused here too (RFC 9113 5.1). Only the 9-byte frame
+headers are read; payloads pass through untouched.
 
 A third job is optional. With ``plain_data``, DATA frames with no flags (no
 END_STREAM, no padding) are handed out on their own, as their payload, so the
@@ -32,10 +34,14 @@ from dataclasses import dataclass
 import h2.exceptions
 from h2.errors import ErrorCodes
 
+from . import floodguard as fg
+from .floodguard import FloodGuard, IdleStreamError
+
 FRAME_HEADER = 9
-_DATA, HEADERS_TYPE, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY, _CONTINUATION = (
-    0x0, 0x1, 0x4, 0x5, 0x6, 0x7, 0x9
+_DATA, HEADERS_TYPE, _PRIORITY, _RST_STREAM, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY = (
+    0x0, 0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7
 )  # fmt: skip
+_WINDOW_UPDATE, _CONTINUATION = 0x8, 0x9
 _ACK = _END_STREAM = 0x1
 _END_HEADERS = 0x4
 _STREAM_ID_MASK = 0x7FFFFFFF
@@ -50,17 +56,9 @@ FRAME = -2  # one whole frame for a fast path: plain HEADERS, or DATA with END_S
 
 Piece = tuple[int, bytes]
 
-#: Control frames allowed in a burst, and refilled per second after it.
-CONTROL_BURST = 1000
-CONTROL_PER_SECOND = 100
-
-
 #: Our SETTINGS_MAX_FRAME_SIZE (h2's default, which h2ping does not change).
 MAX_FRAME_SIZE = 16384
-
-
-class FloodError(Exception):
-    """The peer sent more PING/SETTINGS/empty DATA frames than any sane server would."""
+_SETTING = 6  # bytes per SETTINGS entry
 
 
 class FrameSizeError(Exception):
@@ -81,15 +79,17 @@ class FrameSplitter:
         *,
         plain_data: bool = False,
         plain_headers: bool = False,
+        guard: FloodGuard | None = None,
     ) -> None:
+        """``guard``: what the peer's frames are charged to (default: one of its
+        own on ``clock``, with no table of streams, as a server's)."""
+        self.guard = FloodGuard(clock) if guard is None else guard
         self._plain_data = plain_data
         self._plain_headers = plain_headers
         self._in_header_block = False
+        self._charged_block = False  # the header block under way is on a closed stream
         self._buffer = b""
         self._pos = 0  # where the first frame not yet taken starts
-        self._clock = clock
-        self._credit = float(CONTROL_BURST)
-        self._credit_at = clock()
 
     @property
     def backlog(self) -> int:
@@ -128,7 +128,8 @@ class FrameSplitter:
         start = pos = self._pos
         size = len(data)
         end = size if budget is None else min(size, pos + budget)
-        control = 0
+        costs: dict[str, float] = {}  # what the frames charged cost, by kind
+        streams = self.guard.streams  # None: not a client's (see FloodGuard)
         plain_data, plain_headers = self._plain_data, self._plain_headers
         while pos < end and pos + FRAME_HEADER <= size:
             length = int.from_bytes(data[pos : pos + 3], "big")
@@ -142,14 +143,20 @@ class FrameSplitter:
             flags = data[pos + 4]
             if self._in_header_block:
                 # Only CONTINUATION may come now; h2 refuses anything else.
-                if kind == _CONTINUATION and flags & _END_HEADERS:
-                    self._in_header_block = False
+                if kind == _CONTINUATION:
+                    if self._charged_block:
+                        _add(costs, fg.CLOSED_STREAMS, 1 + length / fg.HPACK_BYTES_PER_UNIT)
+                    if flags & _END_HEADERS:
+                        self._in_header_block = self._charged_block = False
             elif kind == _DATA:
+                stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & _STREAM_ID_MASK
                 if not length and not flags & _END_STREAM:
-                    control += 1
-                elif plain_data and (flags == _END_STREAM or not flags):
-                    stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & _STREAM_ID_MASK
-                    if stream_id:
+                    _add(costs, fg.EMPTY_DATA, 1)
+                else:
+                    if streams is not None and length < fg.SMALL_DATA and stream_id not in streams:
+                        # Sent before the server saw our RST_STREAM, or a flood.
+                        _add(costs, fg.CLOSED_STREAMS, 1 - length / fg.SMALL_DATA)
+                    if plain_data and stream_id and (flags == _END_STREAM or not flags):
                         if pos > start:
                             pieces.append((RUN, data[start:pos]))
                         if flags:
@@ -157,21 +164,47 @@ class FrameSplitter:
                         else:
                             pieces.append((stream_id, data[pos + FRAME_HEADER : frame_end]))
                         start = frame_end
-            elif kind == HEADERS_TYPE and plain_headers and (flags | _END_STREAM) == _PLAIN_HEADERS:
-                if data[pos + 5 : pos + 9] != _NO_STREAM:
+            elif kind == HEADERS_TYPE:
+                if streams is not None:
+                    stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & _STREAM_ID_MASK
+                    if stream_id not in streams:  # a stream let go: HPACK work for nothing
+                        _add(costs, fg.CLOSED_STREAMS, 1 + length / fg.HPACK_BYTES_PER_UNIT)
+                        self._charged_block = not flags & _END_HEADERS
+                if (
+                    plain_headers
+                    and (flags | _END_STREAM) == _PLAIN_HEADERS
+                    and (data[pos + 5 : pos + 9] != _NO_STREAM)
+                ):
                     if pos > start:
                         pieces.append((RUN, data[start:pos]))
                     pieces.append((FRAME, data[pos:frame_end]))
                     start = frame_end
+                else:
+                    self._in_header_block = not flags & _END_HEADERS
             elif kind == _GOAWAY:
+                # (8 bytes of fixed fields, then debug data, read for the log)
+                _add(costs, fg.GOAWAY, fg.GOAWAY_COST + max(0, length - 8) / fg.BYTES_PER_UNIT)
                 if pos > start:
                     pieces.append((RUN, data[start:pos]))
                 pieces.append((GOAWAY, data[pos + FRAME_HEADER : frame_end]))
                 start = frame_end
-            elif kind in (HEADERS_TYPE, _PUSH_PROMISE):
+            elif kind == _PUSH_PROMISE:
                 self._in_header_block = not flags & _END_HEADERS
-            elif kind in (_PING, _SETTINGS) and not flags & _ACK:
-                control += 1
+            elif kind == _PING:
+                _add(costs, fg.PING, 1)
+            elif kind == _SETTINGS:
+                _add(costs, fg.SETTINGS, 1 + length // _SETTING * fg.SETTINGS_ENTRY)
+            elif kind == _PRIORITY:
+                _add(costs, fg.PRIORITY, 1)
+            elif kind in (_RST_STREAM, _WINDOW_UPDATE):
+                if streams is not None:
+                    stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & _STREAM_ID_MASK
+                    if stream_id and self.guard.idle(stream_id):
+                        name = "RST_STREAM" if kind == _RST_STREAM else "WINDOW_UPDATE"
+                        raise IdleStreamError(f"{name} on stream {stream_id}, never opened")
+                    _add(costs, fg.RST_STREAM if kind == _RST_STREAM else fg.WINDOW_UPDATE, 1)
+            elif kind > _CONTINUATION:
+                _add(costs, fg.UNKNOWN, 1 + length / fg.BYTES_PER_UNIT)
             pos = frame_end
         if pos > start:
             pieces.append((RUN, data[start:pos]))
@@ -179,19 +212,13 @@ class FrameSplitter:
             self._buffer, self._pos = b"", 0
         else:
             self._pos = pos
-        if control:
-            self._spend(control)
+        if costs:
+            self.guard.charge(costs)
         return pieces
 
-    def _spend(self, frames: int) -> None:
-        now = self._clock()
-        self._credit = min(
-            CONTROL_BURST, self._credit + (now - self._credit_at) * CONTROL_PER_SECOND
-        )
-        self._credit_at = now
-        self._credit -= frames
-        if self._credit < 0:
-            raise FloodError(f"more than {CONTROL_BURST} PING/SETTINGS/empty DATA frames")
+
+def _add(costs: dict[str, float], kind: str, cost: float) -> None:
+    costs[kind] = costs.get(kind, 0.0) + cost
 
 
 def data_frame(stream_id: int, payload: bytes) -> bytes:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from hpack import NeverIndexedHeaderTuple
+from hpack import Encoder, NeverIndexedHeaderTuple
 
 from ...fields import Header
 
@@ -40,6 +40,12 @@ try:  # hpack's own Huffman coder; without it, strings go uncompressed
     ).encode
 except Exception:  # pragma: no cover - a changed hpack
     _huffman = None
+
+#: The most dynamic table hpack's encoder keeps, whatever larger size the peer's
+#: SETTINGS_HEADER_TABLE_SIZE allows: an encoder may use less than the decoder
+#: offers, and says so with a table size update (RFC 7541 4.2). 4,096 is the
+#: protocol's default, and Go's transport caps its encoder there too.
+ENCODER_TABLE_LIMIT = 4096
 
 #: RFC 7541 Appendix A, in index order from 1.
 STATIC_TABLE: tuple[tuple[bytes, bytes], ...] = tuple(
@@ -143,3 +149,24 @@ class RequestBlockEncoder:
                     kept[header] = encoded
             parts.append(encoded)
         return b"".join(parts)
+
+
+class CappedEncoder(Encoder):
+    """hpack's encoder (for the blocks h2ping does not frame itself), its dynamic
+    table never over :data:`ENCODER_TABLE_LIMIT`: h2 sets ``header_table_size`` to
+    what the peer allows, up to 4 GiB, and hpack's encoder indexes every field
+    it may until the table is full."""
+
+    @property
+    def header_table_size(self) -> int:
+        return _table_size().fget(self)  # type: ignore[misc]
+
+    @header_table_size.setter
+    def header_table_size(self, value: int) -> None:
+        _table_size().fset(self, min(value, ENCODER_TABLE_LIMIT))  # type: ignore[misc]
+
+
+def _table_size() -> property:
+    """hpack's own property (its setter sizes the table and queues the size
+    update owed to the peer), looked up when used."""
+    return vars(Encoder)["header_table_size"]

@@ -1,0 +1,171 @@
+"""Back-pressure from the upstream: when it stops taking what a connection writes.
+
+Everything a connection writes answers something or carries a request: a
+RST_STREAM for a frame on a stream it reset, a PING ACK, WINDOW_UPDATEs, request
+HEADERS and bodies. A peer that goes on sending while it reads nothing of that
+would have h2ping buffer the answers without end (a stream of 1-byte DATA frames
+on a reset stream, each answered by a 13-byte RST_STREAM, grew memory by a
+megabyte a second and never stopped). So, as Go's transport does (its read loop
+blocks on its writes):
+
+- When the transport's write buffer passes its high-water mark
+  (``pause_writing``), the connection stops reading (the unread bytes wait in the
+  kernel, which in turn stops the peer's sending) and takes no new streams, and
+  request bodies stop being framed (:mod:`h2ping.http2.outbound`).
+- When it drains (``resume_writing``), it reads again and takes streams again.
+- If it stays blocked for ``-write-timeout`` with the buffer not
+  shrinking at all meanwhile (a slow link drains a little, a peer that does not
+  read drains nothing), the connection is cut: one log line, and its streams
+  fail with a 502 that says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from .. import errors
+from ..errors import UpstreamError
+from ..logs import plural
+
+log = logging.getLogger("h2ping.upstream")
+
+_STALLED = (
+    "conn=%d upstream is not reading what h2ping writes: %d bytes waiting, none taken "
+    "for %.1fs (write-timeout %gs); closing, failing %s"
+)
+
+
+class Reading(Protocol):
+    """The connection's inbound schedule (:class:`~.inbound.InboundTurns`)."""
+
+    def hold(self, held: bool) -> None: ...
+
+
+class Writing(Protocol):
+    """The connection's outbound side (:class:`~.outbound.OutboundPump`)."""
+
+    def pause_writing(self) -> None: ...
+    def resume_writing(self) -> None: ...
+
+
+class BlockedTable(Protocol):
+    """The connection's stream table, which takes no new stream while writes wait."""
+
+    def writes_paused(self) -> None: ...
+    def writes_resumed(self) -> None: ...
+
+
+class BlockedConnection(Protocol):
+    """What a :class:`WriteBlock` asks of its connection: named here, so that this
+    module needs none of the connection's."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def streams(self) -> Mapping[int, object]: ...
+    @property
+    def table(self) -> BlockedTable: ...
+    def cut(self, reason: str, error: UpstreamError) -> None: ...
+
+
+class WriteBlock:
+    """Whether one connection's writes are blocked, and its deadline; it tells the
+    connection's stream table, which hands out no slot meanwhile."""
+
+    __slots__ = (
+        "_conn",
+        "_handle",
+        "_loop",
+        "_outbound",
+        "_reading",
+        "_since",
+        "_transport",
+        "_waiting",
+        "blocked",
+        "timeout",
+    )
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, conn: BlockedConnection, timeout: float
+    ) -> None:
+        """``timeout``: how long the buffer may stay blocked without shrinking."""
+        self._conn: BlockedConnection | None = conn  # None once it ended (let_go)
+        self.timeout = timeout
+        self.blocked = False
+        self._loop = loop
+        self._handle: asyncio.TimerHandle | None = None
+        self._transport: asyncio.WriteTransport | None = None
+        self._reading: Reading | None = None
+        self._outbound: Writing | None = None
+        self._since = 0.0  # loop time the buffer last shrank (or the block began)
+        self._waiting = 0  # bytes buffered at the last check
+
+    def attach(self, transport: asyncio.WriteTransport, reading: Reading, writing: Writing) -> None:
+        self._transport = transport
+        self._reading = reading
+        self._outbound = writing
+
+    def paused(self) -> None:
+        """The transport's buffer passed its high-water mark."""
+        if self._outbound is not None:
+            self._outbound.pause_writing()
+        if self.blocked or self._reading is None or self._conn is None:
+            return
+        self.blocked = True
+        self._conn.table.writes_paused()
+        self._reading.hold(True)
+        self._since = self._loop.time()
+        self._waiting = self._buffered()
+        self._handle = self._loop.call_later(self.timeout, self._check)
+
+    def resumed(self) -> None:
+        """The buffer drained below its low-water mark."""
+        if self.blocked:
+            self.blocked = False
+            self.stop()
+            if self._reading is not None:
+                self._reading.hold(False)
+            if self._conn is not None:
+                self._conn.table.writes_resumed()
+        if self._outbound is not None:
+            self._outbound.resume_writing()
+
+    def stop(self) -> None:
+        """No deadline any more (writes flow, or the connection ended)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def let_go(self) -> None:
+        """The connection ended: no deadline, and nothing here refers back to it or
+        to its parts any more (a cycle only the cyclic collector would undo)."""
+        self.stop()
+        self.blocked = False
+        self._conn = self._reading = self._outbound = self._transport = None
+
+    def _buffered(self) -> int:
+        transport = self._transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
+    def _check(self) -> None:
+        self._handle = None
+        waiting = self._buffered()
+        if waiting < self._waiting:  # it took some: a slow link, not a stalled peer
+            self._waiting = waiting
+            self._since = self._loop.time()
+            self._handle = self._loop.call_later(self.timeout, self._check)
+            return
+        conn = self._conn
+        if conn is None:
+            return
+        stalled_for = self._loop.time() - self._since
+        failing = plural(len(conn.streams), "stream")
+        log.warning(_STALLED, conn.id, waiting, stalled_for, self.timeout, failing)
+        why = (
+            f"upstream connection {conn.id} stopped reading what h2ping writes "
+            f"({waiting} bytes unread for {stalled_for:.1f}s)"
+        )
+        conn.cut("upstream not reading", UpstreamError(errors.CONNECTION_TERMINATED, why))
