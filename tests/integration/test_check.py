@@ -20,17 +20,18 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame, PingFrame
 
-from h2ping.check.command import check_ssl_context, report, text_lines
+from h2ping.check.command import report, text_lines
 from h2ping.check.connection import printable
 from h2ping.check.probe import Findings, probe
-from h2ping.process import cli
-from h2ping.process.flags import (
+from h2ping.flags import (
     SettingError,
     UsageError,
     help_text,
     parse_check_command_line,
     parse_command_line,
 )
+from h2ping.http2.dial import make_ssl_context
+from h2ping.process import cli
 from h2ping.testing import RawPeer, RawUpstream, ScriptedRequest, ScriptedUpstream
 
 from ..conftest import TLSFiles, free_port, running_proxy
@@ -45,7 +46,7 @@ async def check(*args: str) -> tuple[Findings, list[str], dict[str, Any]]:
     command's own steps, without its asyncio.run)."""
     command_line = parse_check_command_line(list(args), environ={})
     config, settings = command_line.config, command_line.check
-    context = check_ssl_context(config) if config.upstream.tls else None
+    context = make_ssl_context(config) if config.upstream.tls else None
     findings = await probe(config, settings, context)
     return findings, text_lines(findings, config, settings), report(findings, config, settings)
 

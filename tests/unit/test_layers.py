@@ -2,7 +2,12 @@
 functions included): the HTTP/1.1 and HTTP/2 sides never import each other,
 nothing below the process layer imports it, the shared leaves import no
 subpackage, no module imports itself through others, nothing outside the HTTP/2
-side imports a module inside its engine, and only the CLI imports the check."""
+side imports a module inside its engine, and only the CLI imports the check, to
+dispatch to it, while the check imports nothing of the process layer.
+
+Then the rules of ownership, read from the code: one writer for each piece of
+state, no reach into another module's private names, no class built on a class of
+another package."""
 
 from __future__ import annotations
 
@@ -19,9 +24,9 @@ PACKAGE = pathlib.Path(h2ping.__file__).parent
 FACES = {"h2ping", "h2ping.__main__", "h2ping.demo", "h2ping.pytest_plugin"}
 SIDES = ("h2ping.http1", "h2ping.http2")
 PROCESS = "h2ping.process"
-#: ``h2ping check``: a command beside the proxy, not part of it. It dials with the
-#: HTTP/2 side, builds its request as the exchange does, and takes the flag parser
-#: and the proxy's TLS settings from the process layer; only the CLI imports it.
+#: ``h2ping check``: a command beside the proxy, not part of it. It reads its command
+#: line with the shared flag parser (a leaf), dials with the HTTP/2 side and builds
+#: its request as the exchange does; only the CLI imports it, to dispatch to it.
 CHECK = "h2ping.check"
 PARTS = ("h2ping.http1", "h2ping.http2", "h2ping.forward", PROCESS, CHECK, "h2ping.testing")
 
@@ -88,9 +93,7 @@ def test_nothing_below_the_process_layer_imports_it() -> None:
         (name, target)
         for name, targets in GRAPH.items()
         for target in targets
-        if part_of(target) == PROCESS
-        and part_of(name) not in (PROCESS, CHECK)
-        and name not in FACES
+        if part_of(target) == PROCESS and part_of(name) != PROCESS and name not in FACES
     ]
     assert not upward
 
@@ -104,15 +107,53 @@ def test_only_the_cli_imports_the_check() -> None:
     assert importers == {"h2ping.process.cli"}
 
 
-def test_the_check_takes_only_the_flags_and_tls_settings_from_the_process() -> None:
+def names_taken_from(name: str, part: str, source: str | None = None) -> set[str]:
+    """The names module ``name`` (or ``source`` in its place) imports from ``part``
+    or its modules: ``from ..check import main`` takes ``main``."""
+    path = MODULES[name]
+    base = name.split(".")[:-1]
+    taken: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source)):
+        if isinstance(node, ast.Import):
+            taken.update(a.name for a in node.names if part_of(a.name) == part)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                module = ".".join([*base[: len(base) - node.level + 1], module]).rstrip(".")
+            if module == part or module.startswith(part + "."):
+                taken.update(alias.name for alias in node.names)
+    return taken
+
+
+def test_the_cli_imports_the_check_only_to_dispatch_to_it() -> None:
+    assert names_taken_from("h2ping.process.cli", CHECK) == {"main"}
+
+
+def test_the_check_imports_nothing_from_the_process() -> None:
+    """The check reads its flags with the shared parser and dials with the HTTP/2
+    side's TLS settings: nothing of the process layer, which imports it."""
     taken = {
-        target
+        (name, target)
         for name, targets in GRAPH.items()
         if part_of(name) == CHECK
         for target in targets
         if part_of(target) == PROCESS
     }
-    assert taken == {"h2ping.process.flags", "h2ping.process.proxy"}
+    assert not taken, taken
+
+
+@pytest.mark.parametrize(
+    ("source", "taken"),
+    [
+        ("from ..check import main\n", {"main"}),
+        ("def f():\n    from ..check.probe import probe\n", {"probe"}),
+        ("from ..check import command, main\n", {"command", "main"}),
+        ("import h2ping.check.command\n", {"h2ping.check.command"}),
+        ("from ..flags import parse_command_line\n", set()),
+    ],
+)
+def test_the_dispatch_guard_sees_what_the_cli_takes(source: str, taken: set[str]) -> None:
+    assert names_taken_from("h2ping.process.cli", CHECK, source) == taken
 
 
 def test_the_sides_and_the_shared_leaves_import_nothing_above_them() -> None:
