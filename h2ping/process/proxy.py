@@ -19,12 +19,12 @@ from .. import errors
 from ..config import Config, HostPort, parse_listen, parse_upstream
 from ..egress import read_proxy_setting
 from ..errors import AccessLogError, BindError, UpstreamError
+from ..forward.body import RetryBudget
 from ..forward.exchange import Exchange, ExchangeContext
 from ..forward.growth import NoStreamsAllowed
 from ..forward.headerlog import HeaderLog
 from ..forward.pool import Pool
 from ..forward.replay import ReplayPolicy
-from ..forward.retry import RetryBudget
 from ..http1.acceptor import Acceptor, ClientSet
 from ..http1.listener import ClientConnection, ListenerLimits
 from ..http1.messages import Request, ResponseWriter

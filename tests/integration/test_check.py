@@ -35,7 +35,7 @@ from h2ping.process import cli
 from h2ping.testing import RawPeer, RawUpstream, ScriptedRequest, ScriptedUpstream
 
 from ..conftest import TLSFiles, free_port, running_proxy
-from ..nginx import run_nginx
+from ..nginx_answering import run_answering_nginx
 
 #: The command's environment: none of the caller's H2PING_* settings.
 ENV = {name: value for name, value in os.environ.items() if not name.startswith("H2PING_")}
@@ -433,7 +433,7 @@ async def test_an_unknown_ca(tls: TLSFiles) -> None:
 
 
 async def test_nginx(tls: TLSFiles, tmp_path: pathlib.Path) -> None:
-    async with run_nginx(tls, tmp_path) as url:
+    async with run_answering_nginx(tls, tmp_path) as url:
         code, out, err = await run_command(
             "-upstream", url, "-ca-file", tls.ca_file, "-path", "/v1/models"
         )
