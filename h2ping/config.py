@@ -2,7 +2,7 @@
 
 Each setting is declared once, on its field of :class:`Config` (see
 :mod:`h2ping.settings`): its default, type, rules, help and documentation, and the
-Go binary's meaning for values it refuses. The command line (``process/flags.py``)
+Go binary's meaning for values it refuses. The command line (``flags.py``)
 and the embedding API both build a :class:`Config`, so both get the same errors.
 """
 

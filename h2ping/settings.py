@@ -6,7 +6,7 @@ the rules every value must keep (each with the reason given when one does not), 
 ``--help`` line and group, its meaning in the README's flags table, and what the Go
 binary makes of values the rules refuse. The class checks its values against these
 rules when it is built, so a setting made in Python is refused for the same reason
-as on the command line; the command line (``process/flags.py``) takes its flags,
+as on the command line; the command line (``flags.py``) takes its flags,
 ``H2PING_*`` variables and help from the same declarations.
 """
 

@@ -24,16 +24,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._version import __version__
 from ..config import CheckSettings, Config
-from ..process.flags import (
-    FlagError,
-    HelpRequested,
-    VersionRequested,
-    check_help_text,
-    parse_check_command_line,
-)
-from ..process.proxy import make_ssl_context
+from ..flags import check_help_text, parse_check_command_line, read_command_line
+from ..http2.dial import make_ssl_context
 from .probe import SETTINGS, Findings, probe
 
 LABEL_WIDTH = 13  # "certificate" and two spaces: the values start in one column
@@ -41,22 +34,16 @@ LABEL_WIDTH = 13  # "certificate" and two spaces: the values start in one column
 
 def main(args: Sequence[str], prog: str) -> int:
     """``prog check ARGS``; returns the exit code."""
-    try:
-        command_line = parse_check_command_line(args)
-    except HelpRequested:
-        print(check_help_text(prog), end="")
-        return 0
-    except VersionRequested:
-        print(f"h2ping {__version__}")
-        return 0
-    except FlagError as exc:
-        print(f"{prog} check: {exc}", file=sys.stderr)
-        return exc.exit_code
+    command_line = read_command_line(
+        parse_check_command_line, args, prog, check_help_text, f"{prog} check"
+    )
+    if isinstance(command_line, int):
+        return command_line
     for note in command_line.notes:
         print(f"{prog} check: {note}", file=sys.stderr)
     config, check = command_line.config, command_line.check
     try:
-        ssl_context = check_ssl_context(config) if config.upstream.tls else None
+        ssl_context = make_ssl_context(config) if config.upstream.tls else None
     except ssl.SSLError as exc:  # an unusable -ca-file, worded as the proxy words it
         print(f"{prog} check: ca-file {config.ca_file}: {exc.reason or exc}", file=sys.stderr)
         return 1
@@ -72,12 +59,6 @@ def main(args: Sequence[str], prog: str) -> int:
     else:
         print("\n".join(text_lines(findings, config, check)))
     return 0 if findings.usable else 1
-
-
-def check_ssl_context(config: Config) -> ssl.SSLContext:
-    """The proxy's TLS settings, ALPN ``h2`` alone included: the check dials as the
-    proxy dials, and words a failure as the proxy's 502 does."""
-    return make_ssl_context(config)
 
 
 # ------------------------------------------------------------------------- text

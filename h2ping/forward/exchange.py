@@ -5,7 +5,7 @@ An :class:`Exchange` is the listener's request handler and the upstream stream's
 sink. A task exists only while it waits for a stream slot; body bytes flow
 through callbacks in both directions, so there is no task or copy per chunk.
 Whether a failed attempt is sent again is its :class:`~.replay.Replay`'s to
-decide, the request body's bytes are its :class:`~.retry.RequestBody`'s to hold,
+decide, the request body's bytes are its :class:`~.body.RequestBody`'s to hold,
 and what the request leaves in the counters and the access log is its
 :class:`~.accounting.Accounting`'s. However it ends, it ends in one method.
 """
@@ -24,13 +24,13 @@ from ..http1.messages import MAX_INFORMATIONAL, Request, ResponseWriter
 from ..http2.streams import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
 from ..stats import Stats
 from .accounting import Accounting, RequestLog
+from .body import BUDGET_REACHED
 from .failure import tell_failure
 from .headerlog import HeaderLog
 from .headers import MalformedResponse, header_list_size, request_headers, response_head
 from .headlimit import goes_early, head_refusal
 from .pool import Pool
 from .replay import Replay, ReplayPolicy
-from .retry import BUDGET_REACHED
 
 log = logging.getLogger("h2ping.exchange")
 

@@ -3,7 +3,7 @@
 A stream the upstream refused without processing it (REFUSED_STREAM, or above a
 GOAWAY's last_stream_id) ends in a retryable :class:`~h2ping.errors.UpstreamError`.
 Such a request is replayed on another connection if its body is still kept whole
-(:class:`~h2ping.forward.retry.RequestBody`) and no response to it has begun.
+(:class:`~h2ping.forward.body.RequestBody`) and no response to it has begun.
 Nothing else is replayed: the upstream may have acted on it. A refusal that may
 be for the request itself (``UpstreamError.suspect``: the first stream a GOAWAY
 with an error code left unprocessed) is tried once more, not again: each such
@@ -20,7 +20,7 @@ from typing import Protocol
 
 from ..errors import UpstreamError
 from ..stats import Stats
-from .retry import RequestBody, RetryBudget
+from .body import RequestBody, RetryBudget
 
 #: A request refused unprocessed is replayed up to MAX_REPLAYS times, as Go's
 #: transport does: the first at once, later ones after a jittered pause that

@@ -47,6 +47,10 @@ class ClientSet:
         self._members: set[ClientConnection] = set()
         self.on_leave: Callable[[], None] | None = None
 
+    def tell_on_leave(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` each time a client leaves (None: tell nobody)."""
+        self.on_leave = callback
+
     def add(self, client: ClientConnection) -> None:
         self._members.add(client)
 
@@ -97,7 +101,7 @@ class Acceptor:
         self._retry: asyncio.TimerHandle | None = None
         #: Accepted sockets whose transport is being made: they hold a descriptor too.
         self._starting: set[asyncio.Task[None]] = set()
-        clients.on_leave = self._client_left
+        clients.tell_on_leave(self._client_left)
 
     @property
     def serving(self) -> bool:
@@ -122,7 +126,7 @@ class Acceptor:
         if self._retry is not None:
             self._retry.cancel()
             self._retry = None
-        self._clients.on_leave = None
+        self._clients.tell_on_leave(None)
         self.sock.close()
 
     def accept_queue(self) -> int | None:

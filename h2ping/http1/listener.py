@@ -278,7 +278,7 @@ class ClientConnection(asyncio.BufferedProtocol):
     def _send_rejection(self) -> None:
         status, text = self._rejection
         request = Request(b"GET", b"", [], "1.1", False)
-        request.body_complete = True
+        request.body_read()  # none comes: the connection closes after the rejection
         ResponseWriter(self, request).send_error(status, text)
         self.close()
 

@@ -178,6 +178,7 @@ class Request:
         headers: list[Header],
         http_version: str,
         wants_keep_alive: bool,
+        upgrade: bool = False,
     ) -> None:
         self.method = method
         self.target = target
@@ -188,7 +189,7 @@ class Request:
         #: :func:`keeps_alive` decides.
         self.wants_keep_alive = wants_keep_alive
         self.expect_continue = False
-        self.upgrade = False  # llhttp treats the rest of the stream as another protocol
+        self.upgrade = upgrade  # llhttp treats the rest of the stream as another protocol
         self.content_length: int | None = None
         self.chunked = False
         self.body_complete = False
@@ -200,6 +201,11 @@ class Request:
             elif name == b"expect" and value.strip().lower() == b"100-continue":
                 self.expect_continue = True
         self.has_body = self.chunked or bool(self.content_length)
+
+    def body_read(self) -> None:
+        """The whole body has come (or there was none to read): the connection may
+        go on to the next request once the response is out."""
+        self.body_complete = True
 
     def describe(self) -> str:
         """``METHOD /path`` for log lines (see :func:`loggable_target`)."""

@@ -284,8 +284,14 @@ class RequestReader:
         except RequestRejected as rejection:
             self._raised = rejection
             raise
-        request = Request(method, self._url, self._headers, version, parser.should_keep_alive())
-        request.upgrade = parser.should_upgrade()
+        request = Request(
+            method,
+            self._url,
+            self._headers,
+            version,
+            parser.should_keep_alive(),
+            upgrade=parser.should_upgrade(),
+        )
         # BODY before the handler starts: a response that ends at once (and
         # closes the connection) moves on from here.
         self.enter(ReadState.BODY)
@@ -305,7 +311,7 @@ class RequestReader:
             return
         self.enter(ReadState.BETWEEN)
         self._reading = None
-        request.body_complete = True
+        request.body_read()
         self._parser_done = request.wants_keep_alive
         handler.end_body()
 

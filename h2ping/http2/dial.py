@@ -104,6 +104,19 @@ def load_ca_file(context: ssl.SSLContext, path: str) -> None:
         raise CAFileError(path, "a damaged PEM certificate") from None
 
 
+def make_ssl_context(config: Config) -> ssl.SSLContext:
+    """The upstream TLS settings: ``-ca-file`` trusted (a :class:`CAFileError` if it
+    cannot be), ``-insecure-skip-verify`` honoured, ALPN ``h2`` alone."""
+    context = ssl.create_default_context()
+    if config.ca_file:
+        load_ca_file(context, config.ca_file)
+    if config.insecure_skip_verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])  # HTTP/2 only: there is no PING in HTTP/1.1
+    return context
+
+
 @dataclass
 class DialSteps:
     """How far a dial got, and when (``time.perf_counter()``), for a report of it

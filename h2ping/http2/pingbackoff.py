@@ -17,6 +17,7 @@ import logging
 
 from h2.errors import ErrorCodes
 
+from ..config import Config
 from ..stats import Stats
 
 log = logging.getLogger("h2ping.pingbackoff")
@@ -30,6 +31,15 @@ MAX_INTERVAL = 300.0
 def punishes_pings(error_code: int, debug_data: bytes) -> bool:
     """Whether a GOAWAY says that our PINGs broke the server's policy."""
     return error_code == ErrorCodes.ENHANCE_YOUR_CALM and TOO_MANY_PINGS in debug_data
+
+
+def new_connection_pings(config: Config, backoff: PingBackoff | None) -> tuple[float, bool]:
+    """A new connection's PING interval, which its clocks are handed, and whether it
+    also PINGs to measure the link (:mod:`.windows`): the shared back-off's for the
+    connections of a pool, ``-ping-interval`` for one of its own (the check's)."""
+    if backoff is None:
+        return config.ping_interval, config.ping_interval > 0
+    return backoff.interval, backoff.interval > 0 and not backoff.punishing
 
 
 class PingBackoff:

@@ -42,7 +42,7 @@ from .engine import ConnectionFault, H2Engine, Heard
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
 from .outbound import OutboundPump
 from .peerevents import PeerEventHandler
-from .pingbackoff import PingBackoff
+from .pingbackoff import PingBackoff, new_connection_pings
 from .streams import SlotLost, StreamSink, StreamSlot, UpstreamStream
 from .tunnel import proxy_of
 from .windows import ReceiveWindow, WindowBudget, connection_window
@@ -343,8 +343,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._transport: asyncio.Transport | None = None
         self._stats = stats
         self._read_buffer = memoryview(bytearray(READ_SIZE))
-        self.ping_interval = config.ping_interval if ping_backoff is None else ping_backoff.interval
-        measuring = self.ping_interval > 0 and not (ping_backoff and ping_backoff.punishing)
+        self.ping_interval, measuring = new_connection_pings(config, ping_backoff)
         self.window = ReceiveWindow(config.max_receive_window, measuring, budget=window_budget)
         self.clocks = ConnectionClocks(self, config, self.ping_interval, stats, on_age)
         self.lifetime = self.clocks.lifetime

@@ -25,22 +25,13 @@ import sys
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._version import __version__
 from ..config import Config
 from ..errors import AccessLogError, AdminListenError, BindError
+from ..flags import CommandLine, help_text, parse_proxy_command_line, read_command_line
 from ..http2.engine import fast_paths_taken
 from ..logs import LIFECYCLE, plural, setup_logging
 from ..sockets import raise_nofile_limit
 from .descriptors import DescriptorWatch, is_shortage
-from .flags import (
-    CommandLine,
-    FlagError,
-    HelpRequested,
-    VersionRequested,
-    command_word,
-    help_text,
-    parse_command_line,
-)
 from .heap import HeapTrimmer, settle_collector
 from .proxy import Proxy, bind_listener
 
@@ -357,23 +348,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = os.path.basename(sys.argv[0]) if argv is None else "h2ping"
     if prog in ("__main__.py", "-c"):
         prog = "python -m h2ping"
-    try:
-        # A bare first word ends Go's flags at once: no Go command line starts with
-        # one, so there it names a command.
-        if command_word(args) == "check":
-            from ..check import main as check  # only the check needs it
+    # A bare first word ends Go's flags at once: no Go command line starts with one,
+    # so there it names a command (the parser refuses one it does not know).
+    if args[:1] == ["check"]:
+        from ..check import main as check  # only the check needs it
 
-            return check(args[1:], prog)
-        command_line = parse_command_line(args)
-    except HelpRequested:
-        print(help_text(prog), end="")
-        return 0
-    except VersionRequested:
-        print(f"h2ping {__version__}")
-        return 0
-    except FlagError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return check(args[1:], prog)
+    command_line = read_command_line(parse_proxy_command_line, args, prog, help_text, prog)
+    if isinstance(command_line, int):
+        return command_line
     config = command_line.config
     # Until serve() installs its handlers: a SIGTERM then says why the process ends.
     signal.signal(signal.SIGTERM, _interrupt)

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from .._version import __version__
 from ..config import Config
-from ..forward.retry import RetryBudget
+from ..forward.body import RetryBudget
 from ..http2.engine import fast_path_states
 from ..stats import Histogram, Stats
 from .lag import LagMonitor

@@ -19,17 +19,17 @@ from .. import errors
 from ..config import Config, HostPort, parse_listen, parse_upstream
 from ..egress import read_proxy_setting
 from ..errors import AccessLogError, BindError, UpstreamError
+from ..forward.body import RetryBudget
 from ..forward.exchange import Exchange, ExchangeContext
 from ..forward.growth import NoStreamsAllowed
 from ..forward.headerlog import HeaderLog
 from ..forward.pool import Pool
 from ..forward.replay import ReplayPolicy
-from ..forward.retry import RetryBudget
 from ..http1.acceptor import Acceptor, ClientSet
 from ..http1.listener import ClientConnection, ListenerLimits
 from ..http1.messages import Request, ResponseWriter
 from ..http1.output import OutputFlusher
-from ..http2.dial import load_ca_file
+from ..http2.dial import make_ssl_context
 from ..http2.engine import fast_paths_taken
 from ..http2.upstream import ConnState
 from ..logs import plural
@@ -101,17 +101,6 @@ def bind_listener(listen: HostPort) -> socket.socket:
         sock.close()
         raise BindError(listen, exc) from None
     return sock
-
-
-def make_ssl_context(config: Config) -> ssl.SSLContext:
-    context = ssl.create_default_context()
-    if config.ca_file:
-        load_ca_file(context, config.ca_file)
-    if config.insecure_skip_verify:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    context.set_alpn_protocols(["h2"])  # HTTP/2 only: there is no PING in HTTP/1.1
-    return context
 
 
 class Proxy:

@@ -20,21 +20,22 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame, PingFrame
 
-from h2ping.check.command import check_ssl_context, report, text_lines
+from h2ping.check.command import report, text_lines
 from h2ping.check.connection import printable
 from h2ping.check.probe import Findings, probe
-from h2ping.process import cli
-from h2ping.process.flags import (
+from h2ping.flags import (
     SettingError,
     UsageError,
     help_text,
     parse_check_command_line,
     parse_command_line,
 )
+from h2ping.http2.dial import make_ssl_context
+from h2ping.process import cli
 from h2ping.testing import RawPeer, RawUpstream, ScriptedRequest, ScriptedUpstream
 
 from ..conftest import TLSFiles, free_port, running_proxy
-from ..nginx import run_nginx
+from ..nginx_answering import run_answering_nginx
 
 #: The command's environment: none of the caller's H2PING_* settings.
 ENV = {name: value for name, value in os.environ.items() if not name.startswith("H2PING_")}
@@ -45,7 +46,7 @@ async def check(*args: str) -> tuple[Findings, list[str], dict[str, Any]]:
     command's own steps, without its asyncio.run)."""
     command_line = parse_check_command_line(list(args), environ={})
     config, settings = command_line.config, command_line.check
-    context = check_ssl_context(config) if config.upstream.tls else None
+    context = make_ssl_context(config) if config.upstream.tls else None
     findings = await probe(config, settings, context)
     return findings, text_lines(findings, config, settings), report(findings, config, settings)
 
@@ -432,7 +433,7 @@ async def test_an_unknown_ca(tls: TLSFiles) -> None:
 
 
 async def test_nginx(tls: TLSFiles, tmp_path: pathlib.Path) -> None:
-    async with run_nginx(tls, tmp_path) as url:
+    async with run_answering_nginx(tls, tmp_path) as url:
         code, out, err = await run_command(
             "-upstream", url, "-ca-file", tls.ca_file, "-path", "/v1/models"
         )

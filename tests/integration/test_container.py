@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from h2ping.process.flags import _FLAGS
+from h2ping.flags import _FLAGS
 
 from ..conftest import running_proxy
 

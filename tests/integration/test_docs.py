@@ -46,7 +46,7 @@ import aiohttp
 import pytest
 
 from h2ping.config import CheckSettings, Config
-from h2ping.process.flags import _CHECK_OWN, _FLAGS
+from h2ping.flags import _CHECK_OWN, _FLAGS
 from h2ping.settings import declarations
 from h2ping.testing import ScriptedUpstream
 

@@ -21,7 +21,7 @@ from h2ping.process.metrics import Snapshot
 from h2ping.testing import ScriptedRequest, ScriptedUpstream
 
 from ..conftest import TLSFiles, running_proxy, scripted, wait_until
-from ..nginx import run_nginx
+from ..nginx_answering import run_answering_nginx
 
 
 def kept_bytes(proxy: Proxy) -> int:
@@ -365,7 +365,7 @@ async def test_nginx_goaway_churn(tls: TLSFiles, tmp_path: pathlib.Path) -> None
     """nginx sends GOAWAY after 50 requests per connection: 5,000 requests at 50
     concurrent must all succeed."""
     async with (
-        run_nginx(tls, tmp_path, "keepalive_requests 50;") as url,
+        run_answering_nginx(tls, tmp_path, "keepalive_requests 50;") as url,
         running_proxy(url, tls) as proxy,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=50)) as session,
     ):
@@ -405,7 +405,7 @@ async def test_nginx_churn_loses_no_response_at_the_close(
     for i, body in enumerate(bodies):
         (files / str(i)).write_bytes(body)
     async with (
-        run_nginx(
+        run_answering_nginx(
             tls, tmp_path, f"keepalive_requests 50; location /f/ {{ alias {files}/; }}"
         ) as url,
         running_proxy(url, tls) as proxy,

@@ -54,7 +54,7 @@ async def test_a_capped_pool_spreads_streams_and_a_dead_connection_fails_few(
 
 
 def test_the_cap_is_a_setting() -> None:
-    from h2ping.process.flags import SettingError, parse_args
+    from h2ping.flags import SettingError, parse_args
 
     assert parse_args(["-upstream", "https://h"]).max_streams_per_conn == 0
     config = parse_args(["-upstream", "https://h", "-max-streams-per-conn=8"])

@@ -9,7 +9,7 @@ import signal
 from collections.abc import AsyncIterator
 
 from ..conftest import TLSFiles, free_port
-from ..nginx import nginx_binary, write_config
+from ..nginx_answering import nginx_binary, write_config
 from . import Origin, running_process
 from .backend import run_backend
 

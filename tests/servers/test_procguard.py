@@ -21,15 +21,15 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 HOLDING = """
 import asyncio, os, pathlib, sys
 from tests.launcher import launch
-from tests.nginx import run_nginx
+from tests.nginx_answering import run_answering_nginx
 from tests.servers.apache import run_apache
-from tests.servers.nginx import run_nginx as run_nginx_origin
+from tests.servers.nginx import run_nginx
 import tests.conftest as conftest
 
 async def test_hold(tls, tmp_path):
     (tmp_path / "a").mkdir(); (tmp_path / "b").mkdir(); (tmp_path / "c").mkdir()
-    async with run_nginx(tls, tmp_path / "a") as url:
-        async with run_nginx_origin(tls, tmp_path / "b"), run_apache(tls, tmp_path / "c"):
+    async with run_answering_nginx(tls, tmp_path / "a") as url:
+        async with run_nginx(tls, tmp_path / "b"), run_apache(tls, tmp_path / "c"):
             port = conftest.free_port()
             proxy = await launch(
                 [sys.executable, "-m", "h2ping", "--listen", f"127.0.0.1:{port}", "--upstream", url,

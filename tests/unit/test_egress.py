@@ -7,7 +7,7 @@ import pytest
 
 from h2ping.config import Config, ConfigError, parse_upstream
 from h2ping.egress import NoProxy, ProxySetting, ProxyURL, parse_proxy_url
-from h2ping.process.flags import SettingError, parse_command_line
+from h2ping.flags import SettingError, parse_command_line
 
 
 def test_a_proxy_url_and_its_credentials() -> None:

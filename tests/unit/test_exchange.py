@@ -10,6 +10,7 @@ import pytest
 
 from h2ping.config import parse_upstream
 from h2ping.errors import UpstreamError
+from h2ping.forward.body import TOO_LARGE, RetryBudget
 from h2ping.forward.exchange import Exchange, ExchangeContext
 from h2ping.forward.replay import (
     MAX_REPLAYS,
@@ -18,7 +19,6 @@ from h2ping.forward.replay import (
     REPLAY_MAX_PAUSE,
     ReplayPolicy,
 )
-from h2ping.forward.retry import TOO_LARGE, RetryBudget
 from h2ping.http1.messages import Request, ResponseWriter
 from h2ping.stats import Stats
 

@@ -18,7 +18,7 @@ from h2ping.config import (
     parse_upstream,
 )
 from h2ping.egress import ProxySetting, ProxyURL
-from h2ping.process.flags import (
+from h2ping.flags import (
     FlagError,
     HelpRequested,
     SettingError,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from h2ping.errors import UpstreamError
+from h2ping.forward.body import BUDGET_REACHED, TOO_LARGE, RequestBody, RetryBudget
 from h2ping.forward.replay import (
     MAX_REPLAYS,
     MAX_REPLAYS_WITH_PROGRESS,
@@ -15,7 +16,6 @@ from h2ping.forward.replay import (
     Replay,
     ReplayPolicy,
 )
-from h2ping.forward.retry import BUDGET_REACHED, TOO_LARGE, RequestBody, RetryBudget
 from h2ping.stats import Stats
 
 from ..fakeloop import FakeLoop

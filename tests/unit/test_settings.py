@@ -10,9 +10,9 @@ import re
 
 import pytest
 
+from h2ping import flags
 from h2ping.config import DURATION, Config, ConfigError, parse_upstream
-from h2ping.process import flags
-from h2ping.process.flags import FlagError, SettingError, help_text, parse_command_line
+from h2ping.flags import FlagError, SettingError, help_text, parse_command_line
 from h2ping.settings import (
     ENV_PREFIX,
     REQUIRED,

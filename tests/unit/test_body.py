@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from h2ping.forward.retry import BUDGET_REACHED, TOO_LARGE, RequestBody, RetryBudget
+from h2ping.forward.body import BUDGET_REACHED, TOO_LARGE, RequestBody, RetryBudget
 from h2ping.stats import Stats
 
 

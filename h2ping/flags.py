@@ -20,12 +20,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import sys
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..config import (
+from ._version import __version__
+from .config import (
     DURATION,
     INT,
     TEXT,
@@ -35,8 +37,8 @@ from ..config import (
     format_duration,
     optional_text,
 )
-from ..egress import FROM_ENVIRONMENT, ProxySetting
-from ..settings import ENV_PREFIX, REQUIRED, Given, Setting, declarations
+from .egress import FROM_ENVIRONMENT, ProxySetting
+from .settings import ENV_PREFIX, REQUIRED, Given, Setting, declarations
 
 
 class FlagError(Exception):
@@ -266,6 +268,16 @@ def parse_command_line(
     return CommandLine(config, tuple(notes))
 
 
+def parse_proxy_command_line(
+    argv: Sequence[str], environ: Mapping[str, str] | None = None
+) -> CommandLine:
+    """``h2ping``'s own command line, ``check`` dispatched before: as
+    :func:`parse_command_line`, but an unknown first word is a mistyped command (a
+    :class:`UsageError` from :func:`command_word`), not where the flags end."""
+    command_word(argv)
+    return parse_command_line(argv, environ)
+
+
 def parse_check_command_line(
     argv: Sequence[str], environ: Mapping[str, str] | None = None
 ) -> CheckCommandLine:
@@ -362,6 +374,32 @@ def _routed(
         source = given.source if given is not None else "-proxy"
         raise SettingError(f"{source}: {exc.reason}") from None
     return config
+
+
+_Line = TypeVar("_Line", CommandLine, CheckCommandLine)
+
+
+def read_command_line(
+    parse: Callable[[Sequence[str]], _Line],
+    args: Sequence[str],
+    prog: str,
+    help_for: Callable[[str], str],
+    who: str,
+) -> _Line | int:
+    """``parse(args)``, the proxy's or ``check``'s; or, when it raised, the exit code
+    once that is answered as the Go binary answers: the help (``help_for(prog)``) or
+    the version on stdout, exit 0; a bad flag on stderr after ``who:``, exit 2 or 1."""
+    try:
+        return parse(args)
+    except HelpRequested:
+        print(help_for(prog), end="")
+        return 0
+    except VersionRequested:
+        print(f"h2ping {__version__}")
+        return 0
+    except FlagError as exc:
+        print(f"{who}: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Config:

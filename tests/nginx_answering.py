@@ -1,4 +1,6 @@
-"""A real nginx (Debian package) as an HTTP/2 origin over TLS, for tests."""
+"""A real nginx (Debian package) over TLS that answers every request itself (200,
+its path echoed): an HTTP/2 origin with nothing behind it, for tests. Also how any
+nginx of the tests is found and configured (:func:`nginx_binary`, :func:`write_config`)."""
 
 from __future__ import annotations
 
@@ -66,7 +68,7 @@ def nginx_binary() -> str:
 
 
 @asynccontextmanager
-async def run_nginx(
+async def run_answering_nginx(
     tls: TLSFiles, workdir: pathlib.Path, directives: str = ""
 ) -> AsyncIterator[str]:
     binary = nginx_binary()
