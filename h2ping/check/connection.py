@@ -97,6 +97,10 @@ class _WatchedPeer(PeerEventHandler):
         assert isinstance(conn, _Watched)
         self.watched = conn
 
+    def let_go(self) -> None:
+        super().let_go()
+        del self.watched
+
     def on_ping_ack(self, payload: bytes) -> None:
         super().on_ping_ack(payload)
         self.watched.probe.ping_acked(payload)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -28,6 +29,16 @@ from ..stats import Stats
 from .growth import PoolGrowth
 
 log = logging.getLogger("h2ping.pool")
+
+
+def _clear_frames(exc: BaseException) -> None:
+    """Clear the frames of a dial's failure and of what it happened in: kept by
+    the tracebacks, they hold the connection, which holds the failure (a cycle
+    only the cyclic collector would undo)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        traceback.clear_frames(cause.__traceback__)
+        cause = cause.__context__
 
 
 class Pool:
@@ -109,6 +120,7 @@ class Pool:
             raise
         finally:
             self._patient.discard(waiter)
+            del waiter  # else a cycle: its failure's traceback holds this frame
 
     def try_acquire(self) -> StreamSlot | None:
         """A stream slot, if one is free right now and nobody is waiting ahead
@@ -185,6 +197,7 @@ class Pool:
                 window_budget=self.window_budget,
             )
         except Exception as exc:
+            _clear_frames(exc)
             if not isinstance(exc, UpstreamError):  # a bug of ours: fail, never hang
                 log.exception(
                     "conn=%d connect to %s: internal error", conn_id, self._config.upstream

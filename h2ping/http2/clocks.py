@@ -66,7 +66,7 @@ class ConnectionClocks(Generic[Conn]):
         stats: Stats,
         on_age: Callable[[Conn], None] | None,
     ) -> None:
-        self._conn = conn
+        self._conn: Conn | None = conn  # None once it ended (close)
         self._on_age = on_age
         self.liveness = Liveness(ping_interval, config.ping_timeout, conn.ping, self._dead, stats)
         loop = asyncio.get_running_loop()
@@ -91,19 +91,32 @@ class ConnectionClocks(Generic[Conn]):
         self.lifetime.stop()
         self.writes.stop()
 
+    def let_go(self) -> None:
+        """The connection ended: every clock stops for good, and nothing here
+        refers back to it any more (the cycle would wait for the cyclic collector)."""
+        self.liveness.close()
+        self.lifetime.close()
+        self.writes.let_go()
+        self._conn = self._on_age = None
+
+    # Called by the clocks while they run; after close() they call nothing.
+
     def _busy(self) -> bool:
-        return self._conn.busy
+        return self._conn is not None and self._conn.busy
 
     def _reached_age(self) -> None:
-        assert self._on_age is not None  # the clock is wired only with it
-        self._on_age(self._conn)
+        if self._on_age is not None and self._conn is not None:
+            self._on_age(self._conn)
 
     def _idle(self, seconds: float) -> None:
-        log.info("conn=%d idle for %.1fs: closing", self._conn.id, seconds)
-        self._conn.close("idle-conn-timeout")
+        if (conn := self._conn) is not None:
+            log.info("conn=%d idle for %.1fs: closing", conn.id, seconds)
+            conn.close("idle-conn-timeout")
 
     def _dead(self, silent_for: float, since_ping: float) -> None:
         conn = self._conn
+        if conn is None:
+            return
         timeout, failing = self.liveness.timeout, plural(len(conn.streams), "stream")
         log.warning(_DEAD, conn.id, silent_for, since_ping, timeout, failing)
         why = f"upstream connection {conn.id} dead: no frame for {silent_for:.1f}s after a PING"

@@ -151,7 +151,14 @@ async def connect(
     protocol = UpstreamConnection(
         config, conn_id, on_change, stats, on_age, ping_backoff, window_budget
     )
-    await dial(protocol, config, ssl_context, stats, tls_sessions, on_preface)
+    try:
+        await dial(protocol, config, ssl_context, stats, tls_sessions, on_preface)
+    except BaseException as exc:
+        # Ended here whatever ended it (nothing if it ended already), so that it
+        # undoes its reference cycles as every connection that ends does.
+        cancelled = UpstreamError(errors.CONNECTION_TERMINATED, "setup cancelled")
+        protocol.abandon(exc if isinstance(exc, UpstreamError) else cancelled)
+        raise
     return protocol
 
 

@@ -92,6 +92,16 @@ class InboundTurns:
                 handle.cancel()
         self._next = self._reset = None
 
+    def let_go(self) -> None:
+        """As :meth:`stop`, for good: let go of the connection's callbacks (a cycle
+        only the cyclic collector would undo) and of its transport."""
+        self.stop()
+        self._take_batch = _take_nothing
+        self._backlog_ready = _no
+        self._over = _yes
+        self._open_streams = _no_streams
+        self._transport = None
+
     def _take_turn(self) -> None:
         """Handle what arrived, up to this iteration's share; leave the rest for
         the next, not reading meanwhile."""
@@ -137,3 +147,19 @@ class InboundTurns:
         """Reads in the next loop iteration get a share of their own."""
         self._reset = None
         self._taken = 0
+
+
+def _take_nothing(budget: int) -> int:
+    return 0
+
+
+def _yes() -> bool:
+    return True
+
+
+def _no() -> bool:
+    return False
+
+
+def _no_streams() -> int:
+    return 0

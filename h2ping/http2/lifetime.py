@@ -62,6 +62,15 @@ class Lifetime:
             self._age_timer = None
         self._idle_timer.cancel()
 
+    def close(self) -> None:
+        """As :meth:`stop`, for good: let go of the callbacks, which lead back to
+        the connection (a cycle only the cyclic collector would undo)."""
+        self.stop()
+        self._idle_timer.close()
+        self._on_age = None
+        self._on_idle = _no_idle
+        self._busy = _never_busy
+
     def _check_idle(self) -> None:
         if not self._running:
             return
@@ -75,3 +84,11 @@ class Lifetime:
                 self._on_idle(now - self._idle_since)
                 return
         self._idle_timer.set(due)
+
+
+def _no_idle(seconds: float) -> None:
+    pass
+
+
+def _never_busy() -> bool:
+    return False

@@ -78,6 +78,12 @@ class PeerEventHandler:
         self.goaway_last_stream_id: int | None = None  # the least a GOAWAY said
         self.goaway_error = ""  # the error code of a GOAWAY that had one
 
+    def let_go(self) -> None:
+        """The connection ended and its engine calls this no more: let go of what
+        leads back to the connection (a cycle only the cyclic collector would undo)."""
+        del self._conn, self._liveness
+        self._ping_backoff = None
+
     def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
         # An abandoned stream's data still counts against the connection window.
         self._conn.outbound.give_credit(stream_id, flow_controlled_length)

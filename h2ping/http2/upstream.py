@@ -94,6 +94,20 @@ _MOVES: dict[ConnState, frozenset[ConnState]] = {
 }
 
 
+def _unheard(conn: UpstreamConnection) -> None:
+    pass
+
+
+def _let_go(conn: UpstreamConnection) -> None:
+    """The parts of an ended connection let go of what leads back to it. Its end
+    (``UpstreamConnection._end``) calls this once what runs then has returned (the
+    engine may be amid a batch of frames). The connection is then freed by its
+    last user, not by a full pass of the cyclic collector, which comes seldom
+    (``process/heap.py``); what it still answers (its state, what it heard) stays."""
+    for part in (conn.clocks, conn.peer, conn._engine, conn._inbound, conn.table):
+        part.let_go()
+
+
 class StreamTable:
     """A connection's stream slots and its streams by id: what its streams and
     their slots talk to (:class:`~.streams.StreamHost`), and the only writer of
@@ -121,7 +135,8 @@ class StreamTable:
         self.reserved = 0  # slots promised by the pool but not yet opened
         self.max_streams = 0  # 0 until the peer's first SETTINGS arrives
         self.cap = cap or MOST_STREAMS
-        self._conn = conn
+        self._conn: UpstreamConnection | None = conn  # None once it ended (close)
+        self._ended: tuple[UpstreamError | None, str] = (None, "")  # why, once it ended
         self._engine = engine
         self._on_change = on_change
         self._preface_out = False
@@ -129,6 +144,8 @@ class StreamTable:
 
     @property
     def free_slots(self) -> int:
+        if self._conn is None:
+            return 0
         state = self._conn.state
         if self.writes_blocked:
             return 0
@@ -150,7 +167,7 @@ class StreamTable:
         """The largest request header list the peer takes now (None: no limit):
         its SETTINGS_MAX_HEADER_LIST_SIZE, or PROVISIONAL_HEADER_LIST before its
         first SETTINGS. A head over it makes servers end the whole connection."""
-        if self._conn.state is ConnState.CONNECTING:
+        if self._conn is not None and self._conn.state is ConnState.CONNECTING:
             return PROVISIONAL_HEADER_LIST
         return self._engine.peer_header_list_limit
 
@@ -180,14 +197,19 @@ class StreamTable:
     ) -> UpstreamStream:
         """HEADERS for a new stream (by its :class:`StreamSlot` only)."""
         conn = self._conn
-        if conn.state is not ConnState.OPEN and conn.state is not ConnState.CONNECTING:
-            if (failure := conn.setup_failure) is not None:
+        if conn is None or (
+            conn.state is not ConnState.OPEN and conn.state is not ConnState.CONNECTING
+        ):
+            failure, reason = (
+                self._ended if conn is None else (conn.setup_failure, conn.close_reason)
+            )
+            if failure is not None:
                 # Its only slot went to the request first in line, which now fails
                 # as the dial did (asking again would dial again, and again).
                 raise UpstreamError(failure.error, failure.detail)
             raise SlotLost(
                 errors.CONNECTION_TERMINATED,
-                f"connection {self.id} stopped taking streams ({conn.close_reason})",
+                f"connection {self.id} stopped taking streams ({reason})",
                 retryable=True,
             )
         if conn.state is ConnState.OPEN and len(self.streams) >= self.max_streams:
@@ -217,17 +239,19 @@ class StreamTable:
     def writes_resumed(self) -> None:
         """The peer reads what the connection writes again: its slots are news."""
         self.writes_blocked = False
-        if self._conn.state is ConnState.OPEN:
-            self._on_change(self._conn)
+        if (conn := self._conn) is not None and conn.state is ConnState.OPEN:
+            self._on_change(conn)
 
     def unreserve(self, freed: bool) -> None:
         """A reservation ended: used for a stream, or (``freed``) given back or
         failed to open."""
         self.reserved -= 1
-        if self._conn.state is ConnState.DRAINING:
+        if (conn := self._conn) is None:
+            return
+        if conn.state is ConnState.DRAINING:
             self.close_if_drained()
-        elif freed and self._conn.state is ConnState.OPEN:
-            self._on_change(self._conn)
+        elif freed and conn.state is ConnState.OPEN:
+            self._on_change(conn)
 
     def reset(self, stream: UpstreamStream, error_code: int) -> None:
         """End ``stream`` with RST_STREAM ``error_code``; its slot is free."""
@@ -240,12 +264,12 @@ class StreamTable:
         if stream.closed:
             return
         credit = stream.close()
-        if stream.extra:
-            self._conn.window.budget.give(stream.extra)
+        conn = self._conn
+        if stream.extra and conn is not None:
+            conn.window.budget.give(stream.extra)
         self.streams.pop(stream.stream_id, None)
         self.outbound.forget(stream)
-        conn = self._conn
-        if conn.state is ConnState.CLOSED:
+        if conn is None or conn.state is ConnState.CLOSED:
             return  # nothing to give back or to tell: the end is failing every stream
         if credit:
             self.outbound.give_credit(stream.stream_id, credit)
@@ -259,18 +283,28 @@ class StreamTable:
     def close_if_drained(self) -> None:
         """Close a draining connection once no stream or promised slot is left."""
         conn = self._conn
-        if conn.state is ConnState.DRAINING and not self.busy:
+        if conn is not None and conn.state is ConnState.DRAINING and not self.busy:
             conn.close(conn.close_reason)
 
     def widen(self, increment: int) -> None:
         """Each stream's window grew by ``increment``: tell the peer for every open
         stream, as far as the window budget allows (a new one hears of it right
         after its HEADERS, in open_stream)."""
+        if self._conn is None:
+            return
         budget = self._conn.window.budget
         for stream in self.streams.values():
             if extra := budget.take(increment):
                 stream.widen(extra)
         self.outbound.schedule_flush()
+
+    def let_go(self) -> None:
+        """The connection ended, every stream with it: let go of it (a cycle only
+        the cyclic collector would undo), keeping why, for a slot still held."""
+        if (conn := self._conn) is not None:
+            self._ended = (conn.setup_failure, conn.close_reason)
+            self._conn = None
+        self._on_change = _unheard
 
     def __repr__(self) -> str:
         return f"<streams of conn {self.id}: {len(self.streams)} open, {self.reserved} promised>"
@@ -432,8 +466,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.data_received(bytes(self._read_buffer[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
-        # Any inbound byte proves the peer alive, even while a PING ACK is still
-        # queued behind megabytes of DATA.
+        # Any inbound byte proves the peer alive (a PING ACK may wait behind megabytes of DATA).
         self.clocks.liveness.saw_bytes()
         if self.state is ConnState.CLOSED:
             return
@@ -522,6 +555,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         for stream in streams:
             stream.got_error(error)
         self._on_change(self)
+        self._loop.call_soon(_let_go, self)
 
     def __repr__(self) -> str:
         return f"<conn {self.id} {self.state.value} streams={len(self.table.streams)}>"

@@ -92,7 +92,7 @@ class WriteBlock:
         self, loop: asyncio.AbstractEventLoop, conn: BlockedConnection, timeout: float
     ) -> None:
         """``timeout``: how long the buffer may stay blocked without shrinking."""
-        self._conn = conn
+        self._conn: BlockedConnection | None = conn  # None once it ended (let_go)
         self.timeout = timeout
         self.blocked = False
         self._loop = loop
@@ -112,7 +112,7 @@ class WriteBlock:
         """The transport's buffer passed its high-water mark."""
         if self._outbound is not None:
             self._outbound.pause_writing()
-        if self.blocked or self._reading is None:
+        if self.blocked or self._reading is None or self._conn is None:
             return
         self.blocked = True
         self._conn.table.writes_paused()
@@ -128,7 +128,8 @@ class WriteBlock:
             self.stop()
             if self._reading is not None:
                 self._reading.hold(False)
-            self._conn.table.writes_resumed()
+            if self._conn is not None:
+                self._conn.table.writes_resumed()
         if self._outbound is not None:
             self._outbound.resume_writing()
 
@@ -137,6 +138,13 @@ class WriteBlock:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+    def let_go(self) -> None:
+        """The connection ended: no deadline, and nothing here refers back to it or
+        to its parts any more (a cycle only the cyclic collector would undo)."""
+        self.stop()
+        self.blocked = False
+        self._conn = self._reading = self._outbound = self._transport = None
 
     def _buffered(self) -> int:
         transport = self._transport
@@ -151,6 +159,8 @@ class WriteBlock:
             self._handle = self._loop.call_later(self.timeout, self._check)
             return
         conn = self._conn
+        if conn is None:
+            return
         stalled_for = self._loop.time() - self._since
         failing = plural(len(conn.streams), "stream")
         log.warning(_STALLED, conn.id, waiting, stalled_for, self.timeout, failing)

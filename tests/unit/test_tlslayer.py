@@ -15,7 +15,7 @@ import ssl
 
 import pytest
 
-from h2ping.http2.tlslayer import TLSLayer
+from h2ping.http2.tlslayer import SessionCache, TLSLayer
 from h2ping.http2.tunnel import TunnelClosed
 
 from ..conftest import TLSFiles, close_with_reset
@@ -339,3 +339,59 @@ async def test_the_loop_keeps_unread_bytes_in_the_kernel_while_paused(ending: st
     assert protocol.events[-1] == "lost"
     assert set(protocol.events[:-1]) <= {"data", "eof"}
     assert "eof" not in protocol.events[:-2]
+
+
+class _CountedReads(ssl.SSLObject):
+    """An ``SSLObject`` that counts how often its session is read."""
+
+    reads = 0
+
+    @property
+    def session(self) -> ssl.SSLSession | None:
+        _CountedReads.reads += 1
+        return super().session
+
+
+def _handshake(
+    client: ssl.SSLContext, server: ssl.SSLContext, session: ssl.SSLSession | None
+) -> ssl.SSLObject:
+    """One TLS connection over memory BIOs, its handshake done and the server's
+    tickets read (they follow the handshake, with the first application bytes)."""
+    c_in, c_out, s_in, s_out = (ssl.MemoryBIO() for _ in range(4))
+    ours = client.wrap_bio(c_in, c_out, server_hostname="127.0.0.1", session=session)
+    theirs = server.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(5):
+        for side in (ours, theirs):
+            with contextlib.suppress(ssl.SSLWantReadError):
+                side.do_handshake()
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    theirs.write(b"x")
+    c_in.write(s_out.read())
+    assert ours.read(1) == b"x"
+    return ours
+
+
+@pytest.mark.parametrize("reads_leak", [True, False])
+def test_sessions_are_read_once_per_full_handshake_where_reading_leaks(
+    tls: TLSFiles, reads_leak: bool
+) -> None:
+    """Where reading a session leaks memory, the session of a full handshake is
+    offered again while the server resumes it, and read anew only after a
+    handshake that did not resume (here: the server's ticket keys changed).
+    Elsewhere each connection resumes the session of the one before."""
+    client = ssl.create_default_context(cafile=tls.ca_file)
+    client.sslobject_class = _CountedReads
+    server = tls.server_context()
+    cache = SessionCache(reads_leak)
+    _CountedReads.reads = 0
+    resumed = []
+    for dial in range(8):
+        if dial == 5:
+            server = tls.server_context()  # new ticket keys: no session resumes
+        ssl_object = _handshake(client, server, cache.session())
+        resumed.append(ssl_object.session_reused)
+        cache.remember(ssl_object)
+    assert resumed == [False, True, True, True, True, False, True, True]
+    # Where reading leaks, one read after each full handshake; elsewhere one per dial.
+    assert _CountedReads.reads == (2 if reads_leak else 7)

@@ -87,6 +87,30 @@ class PeerEvents(Protocol):
         """Serving ``stream_id`` raised (a bug of ours): only that stream may suffer."""
 
 
+class _Deaf:
+    """The :class:`PeerEvents` of an engine whose connection ended: nobody listens."""
+
+    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
+        pass
+
+    def on_window_update(self, stream_id: int) -> None:
+        pass
+
+    def on_settings(self, max_concurrent_streams: int, initial_window_changed: bool) -> None:
+        pass
+
+    def on_ping_ack(self, payload: bytes) -> None:
+        pass
+
+    def on_goaway(self, goaway: Goaway) -> None:
+        pass
+
+    def on_internal_error(self, stream_id: int) -> None:
+        pass
+
+
+_DEAF = _Deaf()
+
 #: How much of the first bytes read :class:`Heard` keeps.
 OPENING = 64
 
@@ -442,6 +466,14 @@ class H2Engine:
             return
         with contextlib.suppress(h2.exceptions.ProtocolError):
             self._h2.close_connection(error_code=error_code)
+
+    def let_go(self) -> None:
+        """The connection ended: tell its :class:`PeerEvents` and its streams
+        nothing more, and let go of them (they lead back to the connection, a
+        cycle only the cyclic collector would undo), as of h2's own cycle."""
+        self._events = _DEAF
+        self._streams = {}
+        self._h2.let_go()
 
     def data_to_send(self) -> bytes:
         """Everything queued for the peer since the last call."""

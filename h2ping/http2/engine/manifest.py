@@ -83,7 +83,8 @@ MANIFEST: tuple[Reach, ...] = (
     # --- receive: h2's frame dispatch without its trace formatting
     Reach(_CONNECTION, "_receive_frame", "overrides",
           _paths(RECEIVE, STREAM_FAULTS, RESPONSE_HEADERS), _RECV, renamed_in=(_C,)),
-    Reach(_CONNECTION, "_frame_dispatch_table", "reads", _paths(RECEIVE), _RECV, renamed_in=(_C,)),
+    Reach(_CONNECTION, "_frame_dispatch_table", "reads; clears at the connection's end",
+          _paths(RECEIVE), _RECV, renamed_in=(_C,)),
     Reach(_CONNECTION, "_prepare_for_sending", "calls",
           _paths(RECEIVE, STREAM_FAULTS, RESPONSE_HEADERS), _RECV, renamed_in=(_C,)),
     Reach(_CONNECTION, "_stream_is_closed_by_reset", "calls", _paths(RECEIVE), _RECV,
