@@ -155,9 +155,14 @@ async def connect(
         await dial(protocol, config, ssl_context, stats, tls_sessions, on_preface)
     except BaseException as exc:
         # Ended here whatever ended it (nothing if it ended already), so that it
-        # undoes its reference cycles as every connection that ends does.
-        cancelled = UpstreamError(errors.CONNECTION_TERMINATED, "setup cancelled")
-        protocol.abandon(exc if isinstance(exc, UpstreamError) else cancelled)
+        # undoes its reference cycles as every connection that ends does. A dial
+        # cancelled (the proxy stopping) is cut, not told GOAWAY: the loop may have
+        # closed its transport under it already (uvloop's create_connection does).
+        if isinstance(exc, UpstreamError):
+            protocol.abandon(exc)
+        else:
+            cancelled = UpstreamError(errors.CONNECTION_TERMINATED, "setup cancelled")
+            protocol.cut(cancelled.detail, cancelled)
         raise
     return protocol
 

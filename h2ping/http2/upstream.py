@@ -25,6 +25,7 @@ a :class:`StreamSink`, which the exchange implements. What is written and when i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Callable
@@ -541,7 +542,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if goaway is not None and self._transport is not None:
             if not self._transport.is_closing():
                 self._engine.close(goaway)
-                self.outbound.flush()
+                # uvloop's transport of a dial cancelled inside create_connection
+                # is shut without saying it is closing, and refuses the write.
+                with contextlib.suppress(RuntimeError):
+                    self.outbound.flush()
             self._transport.close()
         self._enter(ConnState.CLOSED)
         self.clocks.stop()
