@@ -181,7 +181,10 @@ def _compression_error(exc: h2.exceptions.ProtocolError) -> None:
     COMPRESSION_ERROR (RFC 9113 4.3), a table size update over our limit among
     them (RFC 7541 4.2); h2 says PROTOCOL_ERROR. Its GOAWAY takes the code given
     here. (An oversized header list stays h2's ENHANCE_YOUR_CALM.)"""
-    if type(exc) is h2.exceptions.ProtocolError and isinstance(exc.__cause__, _DECODING_FAILURES):
+    # h2 raises it ``from`` the decoder's error; releases before 4.2 inside the
+    # ``except`` only, which leaves it as the context.
+    cause = exc.__cause__ or exc.__context__
+    if type(exc) is h2.exceptions.ProtocolError and isinstance(cause, _DECODING_FAILURES):
         exc.error_code = ErrorCodes.COMPRESSION_ERROR
 
 
