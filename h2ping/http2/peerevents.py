@@ -22,6 +22,7 @@ from ..errors import UpstreamError
 from ..stats import Stats
 from .engine import Goaway
 from .liveness import Liveness
+from .observer import ConnectionObserver
 from .outbound import OutboundPump
 from .pingbackoff import PingBackoff, punishes_pings
 from .streams import UpstreamStream
@@ -53,6 +54,8 @@ class PeerEventsHost(Protocol):
     def outbound(self) -> OutboundPump: ...
     @property
     def window(self) -> ReceiveWindow: ...
+    @property
+    def observer(self) -> ConnectionObserver: ...
     def reset(self, stream: UpstreamStream, error_code: int) -> None: ...
     def retire(self, reason: str) -> None: ...
     def settings_received(self) -> None: ...
@@ -104,6 +107,7 @@ class PeerEventHandler:
     def on_ping_ack(self, payload: bytes) -> None:
         window = self._conn.window
         grown = window.acked(payload)
+        self._conn.observer.ping_acked(payload)
         if grown is None:
             self._liveness.on_ack(payload)
         elif grown:
@@ -129,6 +133,7 @@ class PeerEventHandler:
         """The connection drains: h2 never hears of a GOAWAY (it would fail the
         streams the server has promised to finish)."""
         conn = self._conn
+        conn.observer.goaway_received(goaway)  # first: it may word the failures that follow
         last = goaway.last_stream_id
         before = self.goaway_last_stream_id
         if before is not None:
