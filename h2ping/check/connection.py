@@ -143,7 +143,7 @@ class ProbeConnection:
         """Send a GET on a stream slot of the connection, as the proxy sends a request;
         its response head and the seconds until it came."""
         self._check_open("before the request")
-        slot = self.connection.try_reserve()
+        slot = self.connection.table.try_reserve()
         if slot is None:
             raise ProbeFailed(f"the connection took no new stream ({self.connection.close_reason})")
         head = _ResponseHead(self)

@@ -112,8 +112,10 @@ def _let_go(conn: UpstreamConnection) -> None:
 
 class StreamTable:
     """A connection's stream slots and its streams by id: what its streams and
-    their slots talk to (:class:`~.streams.StreamHost`), and the only writer of
-    the stream table and of the counts that the pool's choosing rests on.
+    their slots talk to (:class:`~.streams.StreamHost`), what the pool asks for
+    slots (``conn.table``), and the only writer of the stream table and of the
+    counts that the pool's choosing rests on. Other modules find a stream through
+    :meth:`stream`, :meth:`above` and :meth:`count`, never through ``streams``.
 
     How many streams may be taken follows the connection's state, which the table
     reads and never writes: the peer's limit under our own cap once open, one right
@@ -175,6 +177,14 @@ class StreamTable:
 
     def count(self) -> int:
         return len(self.streams)
+
+    def stream(self, stream_id: int) -> UpstreamStream | None:
+        """The open stream of that id, if there is one."""
+        return self.streams.get(stream_id)
+
+    def above(self, last_stream_id: int) -> list[UpstreamStream]:
+        """The open streams above ``last_stream_id`` (a GOAWAY's), lowest id first."""
+        return [s for sid, s in sorted(self.streams.items()) if sid > last_stream_id]
 
     def preface_sent(self) -> None:
         """One stream may now go right behind the preface, before the peer's SETTINGS."""
@@ -363,33 +373,10 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._engine = H2Engine(self.peer, streams, config.max_response_header_bytes)
         self.outbound: OutboundPump = OutboundPump(self._loop, self._engine)
         cap = config.max_streams_per_conn
-        self.streams = streams  # the table's, for its readers
         self.table = StreamTable(self, streams, self._engine, on_change, cap)
         self._inbound = InboundTurns(
             self._loop, self._take_batch, self._backlog_ready, self._is_closed, self.table.count
         )
-        # Slots and streams are the table's: the pool's calls go straight to it.
-        self.try_reserve = self.table.try_reserve
-        self.open_stream = self.table.open_stream
-        self.unreserve = self.table.unreserve
-        self.reset = self.table.reset
-        self.forget = self.table.forget
-
-    @property
-    def reserved(self) -> int:
-        return self.table.reserved
-
-    @property
-    def max_streams(self) -> int:
-        return self.table.max_streams
-
-    @property
-    def free_slots(self) -> int:
-        return self.table.free_slots
-
-    @property
-    def busy(self) -> bool:
-        return self.table.busy
 
     @property
     def answered(self) -> int:
@@ -567,7 +554,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
-        streams = list(self.table.streams.values())
+        streams = list(self.table.streams.values())  # the table's own, read in its module
         for stream in streams:
             self.table.forget(stream)
         for stream in streams:

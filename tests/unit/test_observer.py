@@ -81,7 +81,7 @@ async def test_the_observer_hears_settings_pings_resets_goaway_and_the_end() -> 
     first, second, third = (_request(conn, recorder) for _ in range(3))
     conn.data_received(server.rst(first, ErrorCodes.REFUSED_STREAM))
     assert recorder.sinks[0].error is not None  # the stream hears of it as before
-    conn.table.reset(conn.table.streams[second], ErrorCodes.CANCEL)
+    conn.table.reset(conn.table.stream(second), ErrorCodes.CANCEL)  # type: ignore[arg-type]
     # GOAWAY: told before the stream above its last id fails.
     conn.data_received(server.goaway(second, ErrorCodes.NO_ERROR))
     assert recorder.sinks[2].error is not None and recorder.sinks[2].error.retryable
