@@ -46,7 +46,10 @@ class ConnectionObserver(Protocol):
         """The peer sent a GOAWAY; told before the connection drains or fails a stream for it."""
 
     def stream_reset(self, stream_id: int, error_code: int, by_peer: bool) -> None:
-        """A stream ended with RST_STREAM: sent by the peer, or by the connection."""
+        """A stream ended with RST_STREAM: sent by the peer, or by the connection's
+        stream table (a request given up, a stream a GOAWAY left unprocessed, a
+        response complete before its request). A stream that the engine reset for
+        a malformed response is told to its request alone."""
 
     def socket_lost(self, exc: Exception | None, by_peer: bool) -> None:
         """The transport is gone (``exc``: why, None for a clean close): ended by
