@@ -298,7 +298,7 @@ async def assert_nothing_left(proxy: Proxy) -> None:
     assert not tasks, tasks
     assert proxy.pool is not None
     for conn in proxy.pool.connections:
-        assert not conn.streams, conn
+        assert not conn.table.streams, conn
     gc.collect()
 
 

@@ -192,7 +192,7 @@ class Harness:
             await asyncio.sleep(0)
 
     def slot(self) -> StreamSlot:
-        slot = self.conn.try_reserve()
+        slot = self.conn.table.try_reserve()
         assert slot is not None
         return slot
 

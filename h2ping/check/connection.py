@@ -3,11 +3,13 @@
 :func:`~h2ping.http2.dial.dial`), asked one thing at a time: a PING's round trip,
 a GET's response head (on a stream slot, as the proxy sends a request).
 
-What the server said (its SETTINGS as sent, the first bytes of a peer that
-speaks no HTTP/2, the fault that ended the connection) is read from what the
-connection heard (:attr:`~h2ping.http2.upstream.UpstreamConnection.heard`), a
-GOAWAY as the connection hears of it; the check words from these how the
-connection ended, in its own terms.
+The connection is not changed for the check: :class:`ProbeConnection` is its
+observer (:class:`~h2ping.http2.observer.ConnectionObserver`), told of the peer's
+SETTINGS as sent, PING ACKs, a GOAWAY, the socket's loss and the end. What else
+the server said (the first bytes of a peer that speaks no HTTP/2, the fault that
+ended the connection) is read from what the connection heard
+(:attr:`~h2ping.http2.upstream.UpstreamConnection.heard`); the check words from
+these how the connection ended, in its own terms.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 import dataclasses
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +29,6 @@ from ..errors import UpstreamError
 from ..fields import Header
 from ..http2.dial import DialSteps, dial
 from ..http2.engine import TEXT_ANSWER, Goaway, not_http2
-from ..http2.peerevents import PeerEventHandler, PeerEventsHost
 from ..http2.pingbackoff import punishes_pings
 from ..http2.streams import SlotLost, UpstreamStream
 from ..http2.upstream import ConnState, UpstreamConnection
@@ -88,50 +90,8 @@ def _quiet(config: Config) -> Config:
     return dataclasses.replace(config, ping_interval=0, idle_conn_timeout=0, max_conn_age=0)
 
 
-class _WatchedPeer(PeerEventHandler):
-    """What the peer says to a :class:`_Watched` connection, handled as always;
-    its probe hears of PING ACKs and GOAWAYs."""
-
-    def __init__(self, conn: PeerEventsHost, *args: Any) -> None:
-        super().__init__(conn, *args)
-        assert isinstance(conn, _Watched)
-        self.watched = conn
-
-    def let_go(self) -> None:
-        super().let_go()
-        del self.watched
-
-    def on_ping_ack(self, payload: bytes) -> None:
-        super().on_ping_ack(payload)
-        self.watched.probe.ping_acked(payload)
-
-    def on_goaway(self, goaway: Goaway) -> None:
-        conn = self.watched
-        conn.probe.goaway_received(goaway)  # first: it words the failures that follow
-        super().on_goaway(goaway)
-        if conn.state is ConnState.CONNECTING:
-            # The proxy waits on for the SETTINGS, and would time out; the check says why.
-            conn.close(f"GOAWAY {goaway.code_name} before SETTINGS")
-
-
-class _Watched(UpstreamConnection):
-    """The proxy's connection, which tells the probe what it waits for as it
-    happens: a PING ACK, a GOAWAY (:class:`_WatchedPeer`), the end of the socket.
-    The connection handles each as it always does; the probe hears of a GOAWAY and
-    of the socket's end first, as their handling fails what the probe waits for,
-    in its words."""
-
-    peer_events = _WatchedPeer
-
-    def __init__(self, config: Config, probe: ProbeConnection, stats: Stats) -> None:
-        super().__init__(_quiet(config), 1, probe.changed, stats)
-        self.probe = probe
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        by_peer = self.state is not ConnState.CLOSED  # else it was ours to close
-        self.probe.socket_lost(exc, by_peer)
-        super().connection_lost(exc)
-        self.probe.socket_closed()
+def _no_news(conn: UpstreamConnection) -> None:
+    """What a pool hears of its connections: the check hears it as the connection's observer."""
 
 
 class ProbeConnection:
@@ -148,7 +108,9 @@ class ProbeConnection:
         self._lost_by_peer: tuple[Exception | None] | None = None  # (exc,) once the peer ended it
         self._pings: dict[bytes, asyncio.Future[float]] = {}
         self._stats = Stats()  # the connection's counters, which nobody reads here
-        self.connection = _Watched(config, self, self._stats)
+        self.connection = UpstreamConnection(
+            _quiet(config), 1, _no_news, self._stats, observer=self
+        )
 
     # ------------------------------------------------------------- the probe's side
 
@@ -181,7 +143,7 @@ class ProbeConnection:
         """Send a GET on a stream slot of the connection, as the proxy sends a request;
         its response head and the seconds until it came."""
         self._check_open("before the request")
-        slot = self.connection.try_reserve()
+        slot = self.connection.table.try_reserve()
         if slot is None:
             raise ProbeFailed(f"the connection took no new stream ({self.connection.close_reason})")
         head = _ResponseHead(self)
@@ -266,15 +228,24 @@ class ProbeConnection:
         if self.connection.state is ConnState.CLOSED:
             raise ProbeFailed(f"the connection was closed ({self.connection.close_reason})")
 
-    # ------------------------------------------------------- told by the connection
+    # ------------------------------------------------- told by the connection
+    #
+    # The connection's observer (:class:`~h2ping.http2.observer.ConnectionObserver`):
+    # it hears of a GOAWAY and of the socket's end before their handling fails
+    # what the probe waits for, which it then words.
 
-    def changed(self, conn: UpstreamConnection) -> None:
-        if self.settings is None and conn.heard.settings is not None:
-            self.settings = dict(conn.heard.settings)
-        if conn.state is ConnState.CLOSED:
-            why = self.ended() or f"the connection was closed ({conn.close_reason})"
-            for acked in self._pings.values():
-                _fail(acked, why)
+    def dialled(self) -> None:
+        pass  # the dial's steps are timed in :attr:`steps`
+
+    def tls_done(self, ssl_object: ssl.SSLObject) -> None:
+        pass  # idem
+
+    def settings_heard(self, settings: Mapping[int, int]) -> None:
+        if self.settings is None:
+            self.settings = dict(settings)
+
+    def ping_sent(self, payload: bytes) -> None:
+        pass  # sent by :meth:`ping`, which times it
 
     def ping_acked(self, payload: bytes) -> None:
         acked = self._pings.get(payload)
@@ -286,14 +257,23 @@ class ProbeConnection:
         reason = f"the upstream sent {self.goaway}"
         for acked in self._pings.values():
             _fail(acked, f"{reason} instead of a PING ACK")
+        if self.connection.state is ConnState.CONNECTING:
+            # The proxy waits on for the SETTINGS, and would time out; the check says why.
+            self.connection.close(f"GOAWAY {goaway.code_name} before SETTINGS")
+
+    def stream_reset(self, stream_id: int, error_code: int, by_peer: bool) -> None:
+        pass  # the GET's sink hears of its reset, with its code (:meth:`stream_failed`)
 
     def socket_lost(self, exc: Exception | None, by_peer: bool) -> None:
         if by_peer:
             self._lost_by_peer = (exc,)
-
-    def socket_closed(self) -> None:
         if not self.lost.done():
             self.lost.set_result(None)
+
+    def closed(self, reason: str) -> None:
+        why = self.ended() or f"the connection was closed ({reason})"
+        for acked in self._pings.values():
+            _fail(acked, why)
 
     def stream_failed(self, stream: UpstreamStream | None, error: UpstreamError) -> str:
         """The check's words for a GET's stream that failed with ``error``."""

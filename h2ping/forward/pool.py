@@ -77,7 +77,7 @@ class Pool:
     def stream_limit(self) -> int | None:
         """The fewest streams an open connection takes at once (its peer's
         limit, or our cap), None before any connection has said."""
-        limits = [conn.max_streams for conn in self._conns if conn.max_streams > 0]
+        limits = [conn.table.max_streams for conn in self._conns if conn.table.max_streams > 0]
         cap = self._config.max_streams_per_conn
         least = min(limits, default=None)
         return least if not cap or least is None else min(least, cap)
@@ -143,7 +143,7 @@ class Pool:
     def _reserve(self) -> StreamSlot | None:
         # Oldest first: concentrates streams, so spare connections can go idle.
         for conn in self._conns:
-            slot = conn.try_reserve()
+            slot = conn.table.try_reserve()
             if slot is not None:
                 return slot
         return None
@@ -153,7 +153,7 @@ class Pool:
         if conn.state is ConnState.CLOSED and conn in self._conns:
             self._conns.remove(conn)
             self._answered_before += conn.answered
-        elif self._growth.refusal is not None and conn.max_streams > 0:
+        elif self._growth.refusal is not None and conn.table.max_streams > 0:
             self._growth.allows_some()  # its server raised its limit
         self._wake()
 
@@ -214,17 +214,19 @@ class Pool:
             return
         self._connecting = None
         self._stats.connection_opened()
-        log.debug("conn=%d open to %s, max streams %d", conn_id, conn.upstream, conn.max_streams)
+        log.debug(
+            "conn=%d open to %s, max streams %d", conn_id, conn.upstream, conn.table.max_streams
+        )
         if self._closed:
             conn.close("proxy shutting down")
             return
         self._conns.append(conn)
-        if conn.state is ConnState.OPEN and conn.max_streams == 0:
+        if conn.state is ConnState.OPEN and conn.table.max_streams == 0:
             refusal = self._growth.allows_none(conn_id)
             self._close_unused_but(conn)
-            if not any(c.busy for c in self._conns):
+            if not any(c.table.busy for c in self._conns):
                 self._fail_waiters(refusal)  # nothing in flight will make room
-        elif conn.max_streams > 0:
+        elif conn.table.max_streams > 0:
             self._growth.allows_some()
         self._retire_old()
         self._wake()
@@ -233,7 +235,9 @@ class Pool:
         """Close the older connections that allow no streams and carry none: the
         newest says as much of the server's mood, and each holds a descriptor."""
         for conn in list(self._conns):
-            unused = conn.state is ConnState.OPEN and conn.max_streams == 0 and not conn.busy
+            unused = (
+                conn.state is ConnState.OPEN and conn.table.max_streams == 0 and not conn.table.busy
+            )
             if unused and conn is not newest:
                 conn.retire("upstream allows no streams")
 
@@ -245,7 +249,7 @@ class Pool:
         if self._growth.refusal is not None:
             return
         first = next((w for w in self._waiters if not w.done() and w not in self._patient), None)
-        if first is not None and (slot := conn.try_reserve()) is not None:
+        if first is not None and (slot := conn.table.try_reserve()) is not None:
             self._waiters.remove(first)
             first.set_result(slot)
 
@@ -258,7 +262,7 @@ class Pool:
         ends with no connection."""
         if conn.state is not ConnState.OPEN:
             return
-        if not conn.busy and not self._waiters and not conn.answered:
+        if not conn.table.busy and not self._waiters and not conn.answered:
             self._stats.connection_retired()
             log.info(
                 "conn=%d reached its age limit (%.1fs) unused: closing", conn.id, conn.age_limit
@@ -279,7 +283,7 @@ class Pool:
             if conn.state is not ConnState.OPEN:
                 continue  # ended meanwhile
             self._stats.connection_retired()
-            log.info("conn=%d retired: finishing %s", conn.id, plural(len(conn.streams), "stream"))
+            log.info("conn=%d retired: finishing %s", conn.id, plural(conn.table.count(), "stream"))
             conn.retire("max-conn-age")
 
     def _fail_waiters(self, error: UpstreamError) -> None:

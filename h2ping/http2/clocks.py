@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from .. import errors
@@ -33,6 +33,13 @@ _DEAD = (
 )
 
 
+class ClockedTable(BlockedTable, Protocol):
+    """What the clocks ask of the connection's stream table."""
+
+    @property
+    def busy(self) -> bool: ...
+
+
 class ClockedConnection(Protocol):
     """What the clocks ask of their connection: named here, so that this module
     needs none of the connection's."""
@@ -40,11 +47,7 @@ class ClockedConnection(Protocol):
     @property
     def id(self) -> int: ...
     @property
-    def busy(self) -> bool: ...
-    @property
-    def streams(self) -> Mapping[int, object]: ...
-    @property
-    def table(self) -> BlockedTable: ...
+    def table(self) -> ClockedTable: ...
     def ping(self, payload: bytes) -> None: ...
     def close(self, reason: str) -> None: ...
     def cut(self, reason: str, error: UpstreamError) -> None: ...
@@ -102,7 +105,7 @@ class ConnectionClocks(Generic[Conn]):
     # Called by the clocks while they run; after close() they call nothing.
 
     def _busy(self) -> bool:
-        return self._conn is not None and self._conn.busy
+        return self._conn is not None and self._conn.table.busy
 
     def _reached_age(self) -> None:
         if self._on_age is not None and self._conn is not None:
@@ -117,7 +120,7 @@ class ConnectionClocks(Generic[Conn]):
         conn = self._conn
         if conn is None:
             return
-        timeout, failing = self.liveness.timeout, plural(len(conn.streams), "stream")
+        timeout, failing = self.liveness.timeout, plural(conn.table.count(), "stream")
         log.warning(_DEAD, conn.id, silent_for, since_ping, timeout, failing)
         why = f"upstream connection {conn.id} dead: no frame for {silent_for:.1f}s after a PING"
         conn.cut("ping timeout", UpstreamError(errors.CONNECTION_TERMINATED, why))

@@ -293,6 +293,7 @@ async def _open(
             # No connection_made, so no preface, PING or request, unless ALPN says h2.
             layer = TLSLayer(protocol, ssl_context, upstream.host, session, tunnel, alpn="h2")
             tcp = await reach(layer, upstream.host, upstream.port, proxy, steps)
+            protocol.observer.dialled()
             try:
                 await layer.handshake
             except NoApplicationProtocol as exc:
@@ -307,6 +308,7 @@ async def _open(
                 ) from None
             steps.tls = time.perf_counter()
             steps.ssl_object = layer.ssl_object
+            protocol.observer.tls_done(layer.ssl_object)
             if layer.ssl_object.session_reused:
                 stats.tls_resumed()
             if tls_sessions is not None:
@@ -314,6 +316,7 @@ async def _open(
         else:
             inside = protocol if proxy is None else PlainTunnel(protocol, proxy.address)
             tcp = await reach(inside, upstream.host, upstream.port, proxy, steps)
+            protocol.observer.dialled()
         set_tcp_keepalive(tcp.get_extra_info("socket"))
         if on_preface is not None:
             on_preface(protocol)

@@ -12,7 +12,6 @@ tells it through :class:`PeerEventsHost`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Protocol
 
 from h2.errors import ErrorCodes
@@ -22,6 +21,7 @@ from ..errors import UpstreamError
 from ..stats import Stats
 from .engine import Goaway
 from .liveness import Liveness
+from .observer import ConnectionObserver
 from .outbound import OutboundPump
 from .pingbackoff import PingBackoff, punishes_pings
 from .streams import UpstreamStream
@@ -33,8 +33,10 @@ log = logging.getLogger("h2ping.upstream")
 class PeerStreams(Protocol):
     """What the handler asks of the connection's stream table."""
 
-    @property
-    def streams(self) -> Mapping[int, UpstreamStream]: ...
+    def stream(self, stream_id: int) -> UpstreamStream | None: ...
+    def above(self, last_stream_id: int) -> list[UpstreamStream]: ...
+    def count(self) -> int: ...
+    def reset(self, stream: UpstreamStream, error_code: int) -> None: ...
     def peer_allows(self, max_concurrent_streams: int) -> None: ...
     def widen(self, increment: int) -> None: ...
 
@@ -53,7 +55,8 @@ class PeerEventsHost(Protocol):
     def outbound(self) -> OutboundPump: ...
     @property
     def window(self) -> ReceiveWindow: ...
-    def reset(self, stream: UpstreamStream, error_code: int) -> None: ...
+    @property
+    def observer(self) -> ConnectionObserver: ...
     def retire(self, reason: str) -> None: ...
     def settings_received(self) -> None: ...
 
@@ -92,7 +95,7 @@ class PeerEventHandler:
         conn = self._conn
         if not stream_id:
             conn.outbound.window_opened(None)
-        elif (stream := conn.table.streams.get(stream_id)) is not None:
+        elif (stream := conn.table.stream(stream_id)) is not None:
             conn.outbound.window_opened(stream)
 
     def on_settings(self, max_concurrent_streams: int, initial_window_changed: bool) -> None:
@@ -104,6 +107,7 @@ class PeerEventHandler:
     def on_ping_ack(self, payload: bytes) -> None:
         window = self._conn.window
         grown = window.acked(payload)
+        self._conn.observer.ping_acked(payload)
         if grown is None:
             self._liveness.on_ack(payload)
         elif grown:
@@ -120,28 +124,31 @@ class PeerEventHandler:
     def on_internal_error(self, stream_id: int) -> None:
         conn = self._conn
         log.exception("conn=%d stream=%d: internal error", conn.id, stream_id)
-        stream = conn.table.streams.get(stream_id)
+        stream = conn.table.stream(stream_id)
         if stream is not None:
-            conn.reset(stream, ErrorCodes.INTERNAL_ERROR)
+            conn.table.reset(stream, ErrorCodes.INTERNAL_ERROR)
             stream.got_error(UpstreamError(errors.PROXY_INTERNAL_ERROR, "internal error"))
 
     def on_goaway(self, goaway: Goaway) -> None:
         """The connection drains: h2 never hears of a GOAWAY (it would fail the
         streams the server has promised to finish)."""
         conn = self._conn
+        conn.observer.goaway_received(goaway)  # first: it may word the failures that follow
         last = goaway.last_stream_id
         before = self.goaway_last_stream_id
         if before is not None:
             last = min(last, before)
         self.goaway_last_stream_id = last
         self._stats.goaway_received()
-        streams = conn.table.streams
         # Logged when it says something new: a repeated GOAWAY (the engine's
         # flood budget ends a connection that sends many) is no news.
         if before is None or last < before or goaway.code_name != (self.goaway_error or "NO_ERROR"):
             described = goaway.describe(last)
             log.info(
-                "conn=%d GOAWAY received: %s open_streams=%d", conn.id, described, len(streams)
+                "conn=%d GOAWAY received: %s open_streams=%d",
+                conn.id,
+                described,
+                conn.table.count(),
             )
         if goaway.error_code != ErrorCodes.NO_ERROR:
             self.goaway_error = goaway.code_name
@@ -154,10 +161,10 @@ class PeerEventHandler:
         # Streams above last_stream_id were never processed: safe to replay. With
         # an error code, the first of them may be what the server choked on (a
         # head it would not take, say): it is a suspect, given one more try only.
-        unprocessed = sorted((sid, s) for sid, s in streams.items() if sid > last)
-        for stream_id, stream in unprocessed:
-            conn.reset(stream, ErrorCodes.CANCEL)
-            suspect = stream_id == unprocessed[0][0] and goaway.error_code != ErrorCodes.NO_ERROR
+        unprocessed = conn.table.above(last)
+        for stream in unprocessed:
+            conn.table.reset(stream, ErrorCodes.CANCEL)
+            suspect = stream is unprocessed[0] and goaway.error_code != ErrorCodes.NO_ERROR
             why = f"GOAWAY last_stream_id={last} before the stream was processed"
             if suspect:
                 why = f"GOAWAY {goaway.code_name} right after the stream was sent, unprocessed"

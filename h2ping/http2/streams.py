@@ -70,6 +70,7 @@ class StreamHost(Protocol):
     @property
     def header_list_limit(self) -> int | None: ...
     def reset(self, stream: UpstreamStream, error_code: int) -> None: ...
+    def reset_by_peer(self, stream: UpstreamStream, error_code: int) -> None: ...
     def forget(self, stream: UpstreamStream) -> None: ...
     def open_stream(
         self, headers: list[Header], sink: StreamSink, end_stream: bool
@@ -207,7 +208,7 @@ class UpstreamStream:
 
     def got_reset(self, code: int) -> None:
         """The peer reset the stream: refused unprocessed (safe to replay), or not."""
-        self.conn.forget(self)
+        self.conn.reset_by_peer(self, code)
         if code == ErrorCodes.REFUSED_STREAM:
             error = UpstreamError(
                 errors.CONNECTION_TERMINATED,

@@ -41,6 +41,7 @@ from ..stats import Stats
 from .clocks import ConnectionClocks
 from .engine import ConnectionFault, H2Engine, Heard
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
+from .observer import UNOBSERVED, ConnectionObserver
 from .outbound import OutboundPump
 from .peerevents import PeerEventHandler
 from .pingbackoff import PingBackoff, new_connection_pings
@@ -111,8 +112,10 @@ def _let_go(conn: UpstreamConnection) -> None:
 
 class StreamTable:
     """A connection's stream slots and its streams by id: what its streams and
-    their slots talk to (:class:`~.streams.StreamHost`), and the only writer of
-    the stream table and of the counts that the pool's choosing rests on.
+    their slots talk to (:class:`~.streams.StreamHost`), what the pool asks for
+    slots (``conn.table``), and the only writer of the stream table and of the
+    counts that the pool's choosing rests on. Other modules find a stream through
+    :meth:`stream`, :meth:`above` and :meth:`count`, never through ``streams``.
 
     How many streams may be taken follows the connection's state, which the table
     reads and never writes: the peer's limit under our own cap once open, one right
@@ -174,6 +177,14 @@ class StreamTable:
 
     def count(self) -> int:
         return len(self.streams)
+
+    def stream(self, stream_id: int) -> UpstreamStream | None:
+        """The open stream of that id, if there is one."""
+        return self.streams.get(stream_id)
+
+    def above(self, last_stream_id: int) -> list[UpstreamStream]:
+        """The open streams above ``last_stream_id`` (a GOAWAY's), lowest id first."""
+        return [s for sid, s in sorted(self.streams.items()) if sid > last_stream_id]
 
     def preface_sent(self) -> None:
         """One stream may now go right behind the preface, before the peer's SETTINGS."""
@@ -257,8 +268,16 @@ class StreamTable:
     def reset(self, stream: UpstreamStream, error_code: int) -> None:
         """End ``stream`` with RST_STREAM ``error_code``; its slot is free."""
         self._engine.reset_stream(stream.stream_id, error_code)
+        if self._conn is not None:
+            self._conn.observer.stream_reset(stream.stream_id, error_code, by_peer=False)
         self.forget(stream)
         self.outbound.schedule_flush()
+
+    def reset_by_peer(self, stream: UpstreamStream, error_code: int) -> None:
+        """The peer ended ``stream`` with RST_STREAM ``error_code``; its slot is free."""
+        if self._conn is not None:
+            self._conn.observer.stream_reset(stream.stream_id, error_code, by_peer=True)
+        self.forget(stream)
 
     def forget(self, stream: UpstreamStream) -> None:
         """The stream is over: free its slot and the window credit it still holds."""
@@ -317,10 +336,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     A buffered protocol: the transport (or the TLS layer, :mod:`.tlslayer`) reads into one
     buffer of ours, where a plain protocol costs an allocation per read. Its state and its end
     are its own; its stream slots and streams are its ``table``'s, what the peer says to it its
-    ``peer``'s to handle, its clocks (PINGs, age, idle, blocked writes) its ``clocks``'."""
-
-    #: Handles what the peer says to the connection itself (a subclass may watch it).
-    peer_events: type[PeerEventHandler] = PeerEventHandler
+    ``peer``'s to handle, its clocks (PINGs, age, idle, blocked writes) its ``clocks``'.
+    Whoever watches it (``h2ping check``) is its ``observer``, told each moment of its life."""
 
     def __init__(
         self,
@@ -331,14 +348,17 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         on_age: Callable[[UpstreamConnection], None] | None = None,
         ping_backoff: PingBackoff | None = None,
         window_budget: WindowBudget | None = None,
+        observer: ConnectionObserver = UNOBSERVED,
     ) -> None:
-        """``ping_backoff`` and ``window_budget``: shared by the connections to one upstream."""
+        """``ping_backoff`` and ``window_budget``: shared by the connections to one upstream;
+        ``observer`` hears of each moment of its life (:mod:`.observer`)."""
         self.upstream = config.upstream
         self.id = conn_id
         self.state = ConnState.CONNECTING
         self.close_reason = ""
         self.setup_failure: UpstreamError | None = None  # why it ended before its SETTINGS
         self._on_change = on_change
+        self.observer = observer
         self._loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[None] = self._loop.create_future()
         self._transport: asyncio.Transport | None = None
@@ -348,38 +368,15 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.window = ReceiveWindow(config.max_receive_window, measuring, budget=window_budget)
         self.clocks = ConnectionClocks(self, config, self.ping_interval, stats, on_age)
         self.lifetime = self.clocks.lifetime
-        self.peer = self.peer_events(self, self.clocks.liveness, stats, ping_backoff)
+        self.peer = PeerEventHandler(self, self.clocks.liveness, stats, ping_backoff)
         streams: dict[int, UpstreamStream] = {}  # the table's; the engine reads it
         self._engine = H2Engine(self.peer, streams, config.max_response_header_bytes)
         self.outbound: OutboundPump = OutboundPump(self._loop, self._engine)
         cap = config.max_streams_per_conn
-        self.streams = streams  # the table's, for its readers
         self.table = StreamTable(self, streams, self._engine, on_change, cap)
         self._inbound = InboundTurns(
             self._loop, self._take_batch, self._backlog_ready, self._is_closed, self.table.count
         )
-        # Slots and streams are the table's: the pool's calls go straight to it.
-        self.try_reserve = self.table.try_reserve
-        self.open_stream = self.table.open_stream
-        self.unreserve = self.table.unreserve
-        self.reset = self.table.reset
-        self.forget = self.table.forget
-
-    @property
-    def reserved(self) -> int:
-        return self.table.reserved
-
-    @property
-    def max_streams(self) -> int:
-        return self.table.max_streams
-
-    @property
-    def free_slots(self) -> int:
-        return self.table.free_slots
-
-    @property
-    def busy(self) -> bool:
-        return self.table.busy
 
     @property
     def answered(self) -> int:
@@ -408,11 +405,13 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self._ready.set_result(None)
             self.clocks.start()
             self._stats.window_pinged(self.window.measuring)  # the preface's: HTTP/2 answered
+        self.observer.settings_heard(self._engine.heard.settings or {})
         self._on_change(self)
 
     def ping(self, payload: bytes) -> None:
         """Send a PING now; its ACK comes to ``peer`` like any other."""
         self._engine.ping(payload)
+        self.observer.ping_sent(payload)
         self.outbound.flush()
 
     def retire(self, reason: str) -> None:
@@ -458,6 +457,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._engine.start(self.window.announced, connection_window(self.window.cap))
         if (payload := self.window.first_ping()) is not None:
             self._engine.ping(payload)
+            self.observer.ping_sent(payload)
         self.outbound.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -478,6 +478,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._inbound.arrived()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.observer.socket_lost(exc, by_peer=self.state is not ConnState.CLOSED)
         # What arrived before the end is handled first: a response complete
         # before the close is a response.
         self._inbound.stop()
@@ -553,11 +554,12 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._fail_ready(UpstreamError(errors.CONNECTION_TERMINATED, reason))
         if self._transport is not None and not self._transport.is_closing():
             self._transport.abort()
-        streams = list(self.table.streams.values())
+        streams = list(self.table.streams.values())  # the table's own, read in its module
         for stream in streams:
             self.table.forget(stream)
         for stream in streams:
             stream.got_error(error)
+        self.observer.closed(self.close_reason)
         self._on_change(self)
         self._loop.call_soon(_let_go, self)
 

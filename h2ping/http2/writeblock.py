@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 from typing import Protocol
 
 from .. import errors
@@ -56,6 +55,7 @@ class BlockedTable(Protocol):
 
     def writes_paused(self) -> None: ...
     def writes_resumed(self) -> None: ...
+    def count(self) -> int: ...
 
 
 class BlockedConnection(Protocol):
@@ -64,8 +64,6 @@ class BlockedConnection(Protocol):
 
     @property
     def id(self) -> int: ...
-    @property
-    def streams(self) -> Mapping[int, object]: ...
     @property
     def table(self) -> BlockedTable: ...
     def cut(self, reason: str, error: UpstreamError) -> None: ...
@@ -162,7 +160,7 @@ class WriteBlock:
         if conn is None:
             return
         stalled_for = self._loop.time() - self._since
-        failing = plural(len(conn.streams), "stream")
+        failing = plural(conn.table.count(), "stream")
         log.warning(_STALLED, conn.id, waiting, stalled_for, self.timeout, failing)
         why = (
             f"upstream connection {conn.id} stopped reading what h2ping writes "

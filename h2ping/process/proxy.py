@@ -317,7 +317,7 @@ class Proxy:
             return reason
         assert self.pool is not None  # made before the server starts
         # Open and taking streams (one that allows none is no sign of readiness).
-        if any(c.state is ConnState.OPEN and c.max_streams for c in self.pool.connections):
+        if any(c.state is ConnState.OPEN and c.table.max_streams for c in self.pool.connections):
             return None
         if (refusal := self.pool.refusal) is not None:
             return f"upstream: {refusal}"  # known: no dial to say it again

@@ -398,7 +398,7 @@ class H1Harness(Harness):
             "exchanges": len(proxy.exchanges),
             "client connections": len(proxy.clients),
             "kept body bytes": proxy.retry_budget.used,
-            "pool streams": sum(len(c.streams) + c.reserved for c in pool.connections),
+            "pool streams": sum(c.table.count() + c.table.reserved for c in pool.connections),
             "upstream open streams": self.upstream.open_streams,
         }
 

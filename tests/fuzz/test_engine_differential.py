@@ -124,7 +124,7 @@ class Twin:
             self.open(hold, size, end_stream=True)
 
     def open(self, holding: bool, size: str, end_stream: bool) -> None:
-        slot = self.h.conn.try_reserve()
+        slot = self.h.conn.table.try_reserve()
         if slot is None:
             return  # no slot (the connection drains or ended): the same on both
         sink = AckingSink(holding)

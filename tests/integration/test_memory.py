@@ -120,7 +120,7 @@ async def test_an_upload_held_back_upstream_keeps_about_one_read_in_memory(tls: 
         pool = proxy.pool
 
         def queued() -> int:
-            return sum(s.pending_bytes for c in pool.connections for s in c.streams.values())
+            return sum(s.pending_bytes for c in pool.connections for s in c.table.streams.values())
 
         held = await settled(queued)
         assert not sending.done(), "the whole body went in: nothing held it back"

@@ -53,7 +53,7 @@ async def test_what_slow_clients_hold_is_bounded_for_the_process() -> None:
             assert proxy.pool is not None
             (upstream_conn,) = proxy.pool.connections
             await wait_until(lambda: upstream_conn.window.size == WINDOW_CAP)
-            streams = list(upstream_conn.streams.values())
+            streams = list(upstream_conn.table.streams.values())
             assert len(streams) == CLIENTS
 
             def held() -> int:

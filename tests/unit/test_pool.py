@@ -62,10 +62,14 @@ class FakeConn:
         self.retired_for = ""
         self._on_change = on_change
         self.on_age = on_age
+        self.table = self  # the pool asks a connection's stream table; here one object is both
 
     @property
     def busy(self) -> bool:
         return bool(self.streams or self.reserved)
+
+    def count(self) -> int:
+        return len(self.streams)
 
     def try_reserve(self) -> FakeSlot | None:
         if (

@@ -37,7 +37,7 @@ async def test_an_oversized_block_is_decoded_so_the_next_one_still_decodes() -> 
     assert (reset.stream_id, reset.error_code) == (big.stream_id, ErrorCodes.CANCEL)
     assert small_sink.ended and (b"x-shared", b"from the big block") in small_sink.headers
     assert h.conn.state is ConnState.OPEN and big.closed
-    assert h.conn.streams == {}
+    assert h.conn.table.streams == {}
 
 
 async def test_the_limit_counts_as_rfc_9113_does_and_is_inclusive() -> None:
@@ -94,4 +94,4 @@ async def test_data_on_a_faulty_stream_goes_nowhere_and_the_connection_goes_on()
     assert good_sink.ended and bytes(good_sink.data) == b"ok"
     resets = [f for f in of(RstStreamFrame, await h.sent()) if f.stream_id == bad.stream_id]
     assert resets[0].error_code == ErrorCodes.PROTOCOL_ERROR
-    assert h.conn.state is ConnState.OPEN and h.conn.streams == {}
+    assert h.conn.state is ConnState.OPEN and h.conn.table.streams == {}

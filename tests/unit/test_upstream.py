@@ -50,9 +50,9 @@ async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> Non
     (update,) = of(WindowUpdateFrame, frames)
     assert (update.stream_id, update.window_increment) == (0, CONNECTION_WINDOW - 65535)
     # Before the peer's SETTINGS: one stream, right behind the preface, and no more.
-    assert conn.state is ConnState.CONNECTING and conn.free_slots == 1
-    early = conn.try_reserve()
-    assert early is not None and conn.try_reserve() is None
+    assert conn.state is ConnState.CONNECTING and conn.table.free_slots == 1
+    early = conn.table.try_reserve()
+    assert early is not None and conn.table.try_reserve() is None
     stream = early.open(REQUEST, RecordingSink(), end_stream=True)
     await asyncio.sleep(0)
     (headers,) = of(HeadersFrame, transport.frames())
@@ -60,7 +60,7 @@ async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> Non
     ready = asyncio.ensure_future(conn.wait_ready())
     conn.data_received(FakeServer.settings(max_concurrent_streams=7))
     await ready
-    assert (conn.state, conn.max_streams, conn.free_slots) == (ConnState.OPEN, 7, 6)
+    assert (conn.state, conn.table.max_streams, conn.table.free_slots) == (ConnState.OPEN, 7, 6)
 
 
 async def test_a_stream_sent_behind_the_preface_fails_as_the_setup_does() -> None:
@@ -69,14 +69,14 @@ async def test_a_stream_sent_behind_the_preface_fails_as_the_setup_does() -> Non
     conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
     conn.connection_made(FakeTransport())
     sink = RecordingSink()
-    conn.try_reserve().open(REQUEST, sink, end_stream=True)  # type: ignore[union-attr]
+    conn.table.try_reserve().open(REQUEST, sink, end_stream=True)  # type: ignore[union-attr]
     ready = asyncio.ensure_future(conn.wait_ready())
     conn.connection_lost(None)
     assert sink.error is not None and not sink.error.retryable
     assert sink.error.detail == "connection closed by upstream before HTTP/2 SETTINGS"
     with pytest.raises(UpstreamError, match="before HTTP/2 SETTINGS"):
         await ready
-    assert conn.free_slots == 0 and conn.try_reserve() is None
+    assert conn.table.free_slots == 0 and conn.table.try_reserve() is None
 
 
 async def test_a_request_and_its_response() -> None:
@@ -96,22 +96,22 @@ async def test_a_request_and_its_response() -> None:
         True,
         None,
     )
-    assert stream.closed and not h.conn.streams
-    assert h.conn.free_slots == 10 and h.conn.answered == 1
+    assert stream.closed and not h.conn.table.streams
+    assert h.conn.table.free_slots == 10 and h.conn.answered == 1
 
 
 async def test_never_more_streams_than_the_peer_allows() -> None:
     h = Harness(max_streams=2)
     first, second = h.slot(), h.slot()
-    assert h.conn.try_reserve() is None
+    assert h.conn.table.try_reserve() is None
     first.release()
     first.release()  # a second release gives nothing back twice
-    assert h.conn.free_slots == 1
+    assert h.conn.table.free_slots == 1
     second.open(REQUEST, RecordingSink(), end_stream=True)
     with pytest.raises(RuntimeError):
         second.open(REQUEST, RecordingSink(), end_stream=True)
     second.release()  # after open: nothing to give back
-    assert (h.conn.reserved, len(h.conn.streams), h.conn.free_slots) == (0, 1, 1)
+    assert (h.conn.table.reserved, len(h.conn.table.streams), h.conn.table.free_slots) == (0, 1, 1)
 
 
 async def test_released_slot_tells_the_pool() -> None:
@@ -128,7 +128,7 @@ async def test_graceful_goaway_finishes_streams_below_it_and_refuses_those_above
     above, above_sink = h.open()
     await h.sent()
     h.feed(h.server.goaway(last_stream_id=kept.stream_id))
-    assert h.conn.state is ConnState.DRAINING and h.conn.try_reserve() is None
+    assert h.conn.state is ConnState.DRAINING and h.conn.table.try_reserve() is None
     assert above_sink.error is not None and above_sink.error.retryable
     assert "last_stream_id=1" in above_sink.error.detail
     (rst,) = of(RstStreamFrame, await h.sent())
@@ -174,7 +174,7 @@ async def test_a_slot_says_its_peers_header_list_limit() -> None:
 async def test_before_the_peers_settings_a_slot_says_the_provisional_limit() -> None:
     conn = UpstreamConnection(config(), 1, lambda conn: None, Stats())
     conn.connection_made(FakeTransport())
-    slot = conn.try_reserve()  # the one behind the preface
+    slot = conn.table.try_reserve()  # the one behind the preface
     assert slot is not None and slot.header_list_limit == PROVISIONAL_HEADER_LIST
     slot.release()
 
@@ -199,7 +199,7 @@ async def test_reset_by_the_peer(code: ErrorCodes, retryable: bool) -> None:
         assert sink.error.error == errors.HTTP_PROTOCOL_ERROR
         assert "INTERNAL_ERROR" in sink.error.detail
     assert stream.closed and not other.closed and other_sink.error is None
-    assert h.conn.state is ConnState.OPEN and h.conn.free_slots == 9
+    assert h.conn.state is ConnState.OPEN and h.conn.table.free_slots == 9
 
 
 async def test_complete_response_before_the_request_body_resets_with_no_error() -> None:
@@ -293,7 +293,7 @@ async def test_slot_on_a_connection_that_stopped_taking_streams() -> None:
         slot.open(REQUEST, RecordingSink(), end_stream=True)
     assert info.value.retryable
     assert not of(HeadersFrame, await h.sent())
-    assert h.conn.reserved == 0 and h.conn.state is ConnState.DRAINING
+    assert h.conn.table.reserved == 0 and h.conn.state is ConnState.DRAINING
     h.feed(h.server.headers(1, 204, end_stream=True))
     assert h.conn.state is ConnState.CLOSED
 
@@ -338,7 +338,9 @@ async def test_a_dying_connection_is_closed_before_its_streams_fail(death: str) 
     sinks = []
     for _ in range(3):
         _, sink = h.open()
-        sink.on_error_hook = lambda e: seen.append((h.conn.state, h.conn.try_reserve(), h.changes))
+        sink.on_error_hook = lambda e: seen.append(
+            (h.conn.state, h.conn.table.try_reserve(), h.changes)
+        )
         sinks.append(sink)
     before = h.changes
     if death == "connection-lost":
@@ -350,7 +352,7 @@ async def test_a_dying_connection_is_closed_before_its_streams_fail(death: str) 
     assert seen == [(ConnState.CLOSED, None, before)] * 3
     assert h.changes == before + 1
     assert all(s.error is not None and not s.error.retryable for s in sinks)
-    assert h.conn.state is ConnState.CLOSED and not h.conn.streams
+    assert h.conn.state is ConnState.CLOSED and not h.conn.table.streams
 
 
 async def test_protocol_error_sends_goaway_with_its_code() -> None:
@@ -378,11 +380,11 @@ async def test_ping_ack_is_counted() -> None:
 async def test_cancel_resets_the_stream_and_frees_its_slot() -> None:
     h = Harness(max_streams=1)
     stream, sink = h.open()
-    assert h.conn.try_reserve() is None
+    assert h.conn.table.try_reserve() is None
     stream.cancel()
     (rst,) = of(RstStreamFrame, await h.sent())
     assert rst.error_code == ErrorCodes.CANCEL
-    assert h.conn.free_slots == 1 and sink.error is None
+    assert h.conn.table.free_slots == 1 and sink.error is None
     # Late frames for the abandoned stream are dropped, not delivered.
     h.feed(h.server.headers(1, 200), h.server.data(1, b"late"))
     assert sink.status is None and not sink.data and h.conn.state is ConnState.OPEN
@@ -408,7 +410,7 @@ async def test_a_connection_without_streams_for_idle_conn_timeout_closes_with_go
     assert h.conn.state is ConnState.CLOSED and h.transport.closed
     (goaway,) = of(GoAwayFrame, h.transport.frames())
     assert goaway.error_code == ErrorCodes.NO_ERROR
-    assert h.changes > 0 and h.conn.try_reserve() is None
+    assert h.changes > 0 and h.conn.table.try_reserve() is None
 
 
 async def test_response_credit_is_held_on_the_stream_until_given_back() -> None:
@@ -442,13 +444,13 @@ async def test_blocked_writes_stop_reading_and_new_streams_until_they_drain(
     before = h.changes
     h.conn.pause_writing()  # what the transport says past its high-water mark
     assert not h.transport.reading, "reading goes on while nothing is written"
-    assert h.conn.free_slots == 0 and h.conn.try_reserve() is None
+    assert h.conn.table.free_slots == 0 and h.conn.table.try_reserve() is None
     # A backlog handled meanwhile leaves reading off.
     h.feed(h.server.headers(stream.stream_id, 200))
     await h.sent()
     assert not h.transport.reading and sink.status == 200
     h.conn.resume_writing()
-    assert h.transport.reading and h.conn.free_slots == 9
+    assert h.transport.reading and h.conn.table.free_slots == 9
     assert h.changes > before, "the pool was not told the slots are back"
     assert clock.pending == 0, "the deadline outlived the block"
     assert h.conn.state is ConnState.OPEN
@@ -500,11 +502,11 @@ async def test_a_slot_reserved_before_settings_that_allow_no_streams_is_lost_not
     conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
     transport = FakeTransport()
     conn.connection_made(transport)
-    slot = conn.try_reserve()
+    slot = conn.table.try_reserve()
     assert slot is not None
     conn.data_received(FakeServer.settings(max_concurrent_streams=0))
     with pytest.raises(SlotLost) as lost:
         slot.open(REQUEST, RecordingSink(), end_stream=True)
     assert lost.value.retryable and lost.value.detail == "connection 1 allows 0 streams now"
     await asyncio.sleep(0)
-    assert not of(HeadersFrame, transport.frames()) and conn.reserved == 0
+    assert not of(HeadersFrame, transport.frames()) and conn.table.reserved == 0

@@ -149,7 +149,7 @@ async def test_the_preface_carries_the_floor_and_a_ping_and_the_ack_widens_every
     await conn.wait_ready()
     # Two streams open before the round trip is known: each gets the raise.
     streams = [
-        conn.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
+        conn.table.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
         for _ in range(2)
     ]
     await asyncio.sleep(0)
@@ -162,7 +162,7 @@ async def test_the_preface_carries_the_floor_and_a_ping_and_the_ack_widens_every
     assert updates == {(s.stream_id, raise_by) for s in streams}
     assert conn._stats.window_raises == 1 and conn._stats.window_pings == 1
     # A new stream hears of the raise right after its HEADERS.
-    third = conn.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
+    third = conn.table.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
     await asyncio.sleep(0)
     frames = transport.frames()
     kinds = [(type(f), f.stream_id) for f in frames if f.stream_id == third.stream_id]
@@ -218,7 +218,7 @@ async def test_the_windows_of_every_connection_grow_out_of_one_budget() -> None:
         await conn.wait_ready()
         opened.append(
             [
-                conn.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
+                conn.table.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
                 for _ in range(2)
             ]
         )
@@ -233,13 +233,13 @@ async def test_the_windows_of_every_connection_grow_out_of_one_budget() -> None:
     assert stream_updates(second_transport) == {1: raise_by // 2}
     assert budget.granted == budget.limit
     # Spent: a new stream gets the announced window only.
-    late = first.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
+    late = first.table.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
     await asyncio.sleep(0)
     assert stream_updates(first_transport) == {}
     # A stream that ends gives its share back: the next stream has it.
     first.data_received(FakeServer().headers(1, 200, end_stream=True))
     assert opened[0][0].closed and budget.granted == budget.limit - raise_by
-    again = first.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
+    again = first.table.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
     await asyncio.sleep(0)
     assert stream_updates(first_transport) == {again.stream_id: raise_by}
     assert late.extra == 0 and again.extra == raise_by

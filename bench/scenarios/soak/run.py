@@ -173,7 +173,7 @@ async def soak(args: argparse.Namespace) -> int:
     leftovers = {
         "proxy exchanges": len(proxy.exchanges),
         "proxy client connections": len(proxy.clients),
-        "pool streams": sum(len(c.streams) + c.reserved for c in proxy.pool.connections),
+        "pool streams": sum(c.table.count() + c.table.reserved for c in proxy.pool.connections),
         "retry-buffer bytes": proxy.retry_budget.used,
         "retry budget used": proxy.retry_budget.used,
         "upstream open streams": upstream.open_streams,

@@ -1,0 +1,143 @@
+"""A connection's observer hears each moment of its life, in the order promised."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+
+from h2.errors import ErrorCodes
+
+from h2ping.errors import UpstreamError
+from h2ping.http2.engine import Goaway
+from h2ping.http2.observer import UNOBSERVED
+from h2ping.http2.upstream import ConnState, UpstreamConnection
+from h2ping.stats import Stats
+
+from ..fakes import FakeTransport
+from ..h2fake import REQUEST, FakeServer, RecordingSink, config
+
+
+class Recorder:
+    """A ConnectionObserver that writes down what it hears, and what the
+    connection's streams looked like at that moment."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[object, ...]] = []
+        self.sinks: list[RecordingSink] = []
+
+    def failed(self) -> int:
+        return sum(sink.error is not None for sink in self.sinks)
+
+    def dialled(self) -> None:
+        self.heard.append(("dialled",))
+
+    def tls_done(self, ssl_object: ssl.SSLObject) -> None:
+        self.heard.append(("tls",))
+
+    def settings_heard(self, settings: Mapping[int, int]) -> None:
+        self.heard.append(("settings", dict(settings)))
+
+    def ping_sent(self, payload: bytes) -> None:
+        self.heard.append(("ping", payload))
+
+    def ping_acked(self, payload: bytes) -> None:
+        self.heard.append(("ack", payload))
+
+    def goaway_received(self, goaway: Goaway) -> None:
+        self.heard.append(("goaway", goaway.last_stream_id, self.failed()))
+
+    def stream_reset(self, stream_id: int, error_code: int, by_peer: bool) -> None:
+        self.heard.append(("reset", stream_id, error_code, by_peer))
+
+    def socket_lost(self, exc: Exception | None, by_peer: bool) -> None:
+        self.heard.append(("lost", by_peer, self.failed()))
+
+    def closed(self, reason: str) -> None:
+        self.heard.append(("closed", reason, self.failed()))
+
+
+def _open(recorder: Recorder) -> tuple[UpstreamConnection, FakeServer]:
+    conn = UpstreamConnection(config(), 1, lambda c: None, Stats(), observer=recorder)
+    conn.connection_made(FakeTransport())
+    server = FakeServer()
+    conn.data_received(server.settings(max_concurrent_streams=5))
+    return conn, server
+
+
+def _request(conn: UpstreamConnection, recorder: Recorder) -> int:
+    sink = RecordingSink()
+    recorder.sinks.append(sink)
+    slot = conn.table.try_reserve()
+    assert slot is not None
+    return slot.open(REQUEST, sink, end_stream=True).stream_id
+
+
+async def test_the_observer_hears_settings_pings_resets_goaway_and_the_end() -> None:
+    recorder = Recorder()
+    conn, server = _open(recorder)
+    assert recorder.heard == [("settings", {0x3: 5})]
+    conn.ping(b"12345678")
+    conn.data_received(server.ping_ack(b"12345678"))
+    first, second, third = (_request(conn, recorder) for _ in range(3))
+    conn.data_received(server.rst(first, ErrorCodes.REFUSED_STREAM))
+    assert recorder.sinks[0].error is not None  # the stream hears of it as before
+    conn.table.reset(conn.table.stream(second), ErrorCodes.CANCEL)  # type: ignore[arg-type]
+    # GOAWAY: told before the stream above its last id fails.
+    conn.data_received(server.goaway(second, ErrorCodes.NO_ERROR))
+    assert recorder.sinks[2].error is not None and recorder.sinks[2].error.retryable
+    assert conn.state is ConnState.CLOSED
+    conn.close("again")  # told once
+    conn.connection_lost(None)
+    assert recorder.heard[1:] == [
+        ("ping", b"12345678"),
+        ("ack", b"12345678"),
+        ("reset", first, ErrorCodes.REFUSED_STREAM, True),
+        ("reset", second, ErrorCodes.CANCEL, False),
+        ("goaway", second, 1),  # only the refused stream had failed yet
+        ("reset", third, ErrorCodes.CANCEL, False),  # unprocessed: replayed elsewhere
+        # The last stream's reset drained the connection, which closed before
+        # that stream was told the GOAWAY's error.
+        ("closed", "GOAWAY NO_ERROR", 1),
+        ("lost", False, 2),  # after the connection ended it itself
+    ]
+
+
+async def test_the_loss_of_the_socket_is_told_before_the_streams_fail() -> None:
+    recorder = Recorder()
+    conn, _ = _open(recorder)
+    _request(conn, recorder)
+    conn.connection_lost(ConnectionResetError("reset by peer"))
+    assert recorder.heard[1:] == [
+        ("lost", True, 0),
+        ("closed", "connection lost: reset by peer", 1),
+    ]
+    assert conn.state is ConnState.CLOSED
+
+
+async def test_an_observer_may_end_the_connection_from_a_hook() -> None:
+    """The check ends a connection whose peer sent GOAWAY before its SETTINGS:
+    the connection's own handling of the GOAWAY then finds it ended."""
+    recorder = Recorder()
+    conn = UpstreamConnection(config(), 1, lambda c: None, Stats(), observer=recorder)
+    conn.connection_made(FakeTransport())
+    ready = conn.wait_ready()
+
+    def end(goaway: Goaway) -> None:
+        Recorder.goaway_received(recorder, goaway)
+        conn.close("GOAWAY before SETTINGS")
+
+    recorder.goaway_received = end  # type: ignore[method-assign]
+    conn.data_received(FakeServer.goaway(0, ErrorCodes.ENHANCE_YOUR_CALM))
+    assert conn.state is ConnState.CLOSED and conn.close_reason == "GOAWAY before SETTINGS"
+    try:
+        await ready
+    except UpstreamError as exc:
+        assert "GOAWAY before SETTINGS" in exc.detail
+    else:
+        raise AssertionError("the dial's wait did not fail")
+    assert [event[0] for event in recorder.heard] == ["goaway", "closed"]
+
+
+async def test_a_connection_nobody_watches_tells_the_one_no_op_observer() -> None:
+    conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
+    assert conn.observer is UNOBSERVED
