@@ -21,6 +21,19 @@ import trustme
 from common.procs import BenchError, Procs, find_tool, free_port, wait_port
 
 ECHO_MODULE = Path("/usr/lib/nginx/modules/ngx_http_echo_module.so")
+
+
+def missing_echo_origin() -> str | None:
+    """What the echoing nginx origin with h2load as the load lacks, as the line
+    to print (the Debian packages to install), or None when all is here."""
+    for tool in ("nginx", "h2load", "taskset"):
+        if find_tool(tool) is None:
+            return f"missing {tool}: apt-get install -y nginx nghttp2-client util-linux"
+    if not ECHO_MODULE.exists():
+        return "missing nginx's echo module: apt-get install -y libnginx-mod-http-echo"
+    return None
+
+
 TINY_BODY = "hello from the origin\n"
 BIG_SIZE = 16 * 1024 * 1024
 HUGE_SIZE = 200 * 1024 * 1024

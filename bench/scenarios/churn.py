@@ -39,7 +39,7 @@ from common.procs import (
     wait_port,
     write_results,
 )
-from load.origin import ECHO_MODULE, write_certs
+from load.origin import ECHO_MODULE, missing_echo_origin, write_certs
 from peers import gopeer
 
 PEERS = ("h2ping", "h2ping-asyncio", "go")
@@ -151,12 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     peers = args.peers.split(",")
-    for tool in ("nginx", "h2load", "taskset"):
-        if find_tool(tool) is None:
-            print(f"missing {tool}: apt-get install -y nginx nghttp2-client util-linux")
-            return 2
-    if not ECHO_MODULE.exists():
-        print("missing nginx's echo module: apt-get install -y libnginx-mod-http-echo")
+    if missing := missing_echo_origin():
+        print(missing)
         return 2
     results: dict[str, Any] = {}
     name = tempfile.mkdtemp(prefix="h2ping-churn-")

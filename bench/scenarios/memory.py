@@ -55,7 +55,7 @@ from common.procs import (
     wait_port,
     write_results,
 )
-from load.origin import ECHO_MODULE, write_certs
+from load.origin import ECHO_MODULE, missing_echo_origin, write_certs
 from peers import gopeer
 
 from .churn import BODY_SIZE, CONNECTIONS, H2LOAD_LINE, NGINX_CONF, STATUS_LINE
@@ -227,12 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     peers = args.peers.split(",")
     if unknown := set(peers) - set(KNOWN_PEERS):
         parser.error(f"unknown peers: {', '.join(sorted(unknown))}")
-    for tool in ("nginx", "h2load", "taskset"):
-        if find_tool(tool) is None:
-            print(f"missing {tool}: apt-get install -y nginx nghttp2-client util-linux")
-            return 2
-    if not ECHO_MODULE.exists():
-        print("missing nginx's echo module: apt-get install -y libnginx-mod-http-echo")
+    if missing := missing_echo_origin():
+        print(missing)
         return 2
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="h2ping-memory-") as name:
