@@ -78,7 +78,7 @@ SMALL_DATA = 1024
 #: Frames free on each stream h2ping reset (what the server had in flight
 #: before it saw the RST_STREAM), and how many such streams are remembered.
 IN_FLIGHT_FRAMES = 64
-IN_FLIGHT_STREAMS = 16384
+IN_FLIGHT_STREAMS = 4096
 
 # Kinds of flood, as the log line names them.
 PING = "PING frames"
