@@ -365,6 +365,8 @@ class H2Engine:
         elif isinstance(event, h2.events.StreamEnded):
             self._got_end(event.stream_id)
         elif isinstance(event, h2.events.StreamReset | StreamFault):
+            if isinstance(event, StreamFault) or not event.remote_reset:
+                self._guard.reset(event.stream_id)  # reset by h2ping: frames may follow
             if (stream := self._streams.get(event.stream_id)) is None:
                 return  # forgotten by the connection: h2 has reset it, or will
             if isinstance(event, StreamFault):
@@ -435,6 +437,7 @@ class H2Engine:
         """RST_STREAM, unless h2 already considers the stream closed."""
         with contextlib.suppress(h2.exceptions.ProtocolError):
             self._h2.reset_stream(stream_id, error_code)
+        self._guard.reset(stream_id)
 
     def give_credit(self, stream_id: int, nbytes: int) -> bool:
         """Return ``nbytes`` of received DATA to the peer's windows; True when a

@@ -153,8 +153,13 @@ class FrameSplitter:
                 if not length and not flags & _END_STREAM:
                     _add(costs, fg.EMPTY_DATA, 1)
                 else:
-                    if streams is not None and length < fg.SMALL_DATA and stream_id not in streams:
-                        # Sent before the server saw our RST_STREAM, or a flood.
+                    if (
+                        streams is not None
+                        and length < fg.SMALL_DATA
+                        and stream_id not in streams
+                        and not self.guard.in_flight(stream_id)
+                    ):
+                        # Past what was in flight when we reset it: a flood.
                         _add(costs, fg.CLOSED_STREAMS, 1 - length / fg.SMALL_DATA)
                     if plain_data and stream_id and (flags == _END_STREAM or not flags):
                         if pos > start:
@@ -167,7 +172,8 @@ class FrameSplitter:
             elif kind == HEADERS_TYPE:
                 if streams is not None:
                     stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & _STREAM_ID_MASK
-                    if stream_id not in streams:  # a stream let go: HPACK work for nothing
+                    if stream_id not in streams and not self.guard.in_flight(stream_id):
+                        # a stream let go, past what was in flight: HPACK work for nothing
                         _add(costs, fg.CLOSED_STREAMS, 1 + length / fg.HPACK_BYTES_PER_UNIT)
                         self._charged_block = not flags & _END_HEADERS
                 if (
