@@ -7,7 +7,7 @@ import pytest
 from h2.settings import SettingCodes
 from hyperframe.frame import SettingsFrame
 
-from h2ping.http2.engine import ConnectionFault, H2Engine
+from h2ping.http2.engine import ConnectionFault, H2Engine, new_engine
 
 
 class Events:
@@ -22,7 +22,7 @@ class Events:
 
 def engine() -> tuple[H2Engine, Events]:
     events = Events()
-    h2 = H2Engine(events, {}, 65536)  # type: ignore[arg-type]
+    h2 = new_engine(events, 65536)  # type: ignore[arg-type]
     h2.start(65535, 65535)
     return h2, events
 

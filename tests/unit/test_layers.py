@@ -223,7 +223,7 @@ def test_nothing_outside_http2_imports_a_module_of_the_engine() -> None:
         "from ..http2.engine.frames import FrameSplitter\n",
         "from ..http2.engine import frames\n",
         "import h2ping.http2.engine.errortext\n",
-        "def f():\n    from h2ping.http2.engine.facade import H2Engine\n",
+        "def f():\n    from h2ping.http2.engine.plain import H2Engine\n",
     ],
 )
 def test_the_engine_guard_sees_an_import_past_the_door(source: str) -> None:
@@ -366,7 +366,7 @@ def test_only_the_seam_reaches_past_the_libraries_api() -> None:
 )
 def test_the_guard_sees_a_reach_outside_the_seam(source: str) -> None:
     assert reaches_past_the_api("h2ping.http2.upstream", source)
-    assert not reaches_past_the_api("h2ping.http2.engine.connection", source)
+    assert not reaches_past_the_api("h2ping.http2.engine.fastconnection", source)
 
 
 def _state_writes(source: str, state: str) -> list[int]:
@@ -510,7 +510,7 @@ def test_the_write_guard_sees_a_write_from_outside() -> None:
     assert not foreign_writes("class C:\n    def f(self):\n        self.state = None\n")
     assert write_ruled(PACKAGE / "http1" / "reader.py")
     assert write_ruled(PACKAGE / "forward" / "exchange.py")
-    assert not write_ruled(PACKAGE / "http2" / "engine" / "facade.py")
+    assert not write_ruled(PACKAGE / "http2" / "engine" / "plain.py")
 
 
 # ------------------------------------------------- one holder of a connection's streams
