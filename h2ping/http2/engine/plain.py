@@ -71,6 +71,7 @@ from ...fields import Header
 from .errortext import describe_h2_error
 from .floodguard import FloodError, FloodGuard, IdleStreamError
 from .frames import (
+    CONTINUATION_TYPE,
     GOAWAY,
     SETTINGS_TYPE,
     FrameSizeError,
@@ -290,7 +291,8 @@ class H2Engine:
                     # and would call the frames after (a PING, a SETTINGS...) a
                     # protocol error. Nothing waits on them any more.
                     return
-                self._at = (frame[3], int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF)
+                if frame[3] != CONTINUATION_TYPE:  # h2 refuses a header block as its HEADERS
+                    self._at = (frame[3], int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF)
                 if frame[3] == SETTINGS_TYPE:
                     frame = self._rules.capped(frame)
                 self._tell(self._h2.receive_data(frame))
