@@ -22,7 +22,7 @@ make the marked line of the package's ``__init__`` choose :mod:`.plain`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 
 import h2.events
 
@@ -36,7 +36,6 @@ from .frames import (
     HEADERS_TYPE,
     RUN,
     FrameSplitter,
-    Piece,
     data_frame,
 )
 from .manifest import DATA, RESPONSE_HEADERS
@@ -70,18 +69,30 @@ class FastEngine(H2Engine):
 
     # ------------------------------------------------------------------ inbound
 
-    def _take(self, pieces: Iterable[Piece]) -> None:
-        for kind, piece in pieces:
-            if self._over:
-                return  # the connection ended meanwhile (see H2Engine._take)
-            if kind == RUN:  # whole runs: h2's own _receive_frame says which it refused
-                self._tell(self._h2.receive_data(piece))
-            elif kind > 0:  # a plain DATA frame's payload, on stream ``kind``
-                self._plain_data(kind, piece)
-            elif kind == FRAME:
-                self._whole_frame(piece)
-            elif kind == GOAWAY:
-                self._goaway(piece)
+    def handle(self, budget: int | None = None) -> int:
+        """As :meth:`H2Engine.handle`, with the pieces the fast paths take: a
+        plain DATA frame's payload, a whole plain HEADERS or last DATA frame,
+        and runs of the other frames, each run given to h2 whole (its own
+        ``_receive_frame`` says which frame it refused)."""
+        frames = self._frames
+        backlog = frames.backlog
+        try:
+            for kind, piece in frames.take(budget):
+                if self._over:
+                    break  # the connection ended meanwhile (see H2Engine.handle)
+                if kind == RUN:
+                    self._tell(self._h2.receive_data(piece))
+                elif kind > 0:  # a plain DATA frame's payload, on stream ``kind``
+                    self._plain_data(kind, piece)
+                elif kind == FRAME:
+                    self._whole_frame(piece)
+                elif kind == GOAWAY:
+                    self._goaway(piece)
+        except Exception as exc:
+            raise self._connection_fault(exc) from exc
+        finally:
+            self._release()  # what came before a fault was good
+        return backlog - frames.backlog
 
     def _refused(self) -> tuple[int, int] | None:
         return self._h2.fault_frame

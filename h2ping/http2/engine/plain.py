@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -77,7 +77,6 @@ from .frames import (
     FrameSizeError,
     FrameSplitter,
     Goaway,
-    Piece,
     frames_in,
     parse_goaway,
 )
@@ -251,51 +250,58 @@ class H2Engine:
         """Handle about ``budget`` bytes of whole frames (None: all), telling the
         :class:`PeerEvents` and the streams what they say; returns the bytes
         handled. Raises :class:`ConnectionFault` when the peer broke the
-        protocol; the connection must then end (see :meth:`close`)."""
+        protocol; the connection must then end (see :meth:`close`).
+
+        What :meth:`FrameSplitter.take` hands out is GOAWAY payloads, and runs
+        of whole frames, each frame given to h2 on its own."""
         frames = self._frames
         backlog = frames.backlog
         try:
-            self._take(frames.take(budget))
-        except FloodError as exc:
-            raise self._fault(str(exc), ErrorCodes.ENHANCE_YOUR_CALM) from exc
-        except IdleStreamError as exc:
-            raise self._fault(f"{exc} (RFC 9113 5.1)") from exc
-        except FrameSizeError as exc:
-            raise self._fault(
-                f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
-            ) from exc
-        except ConnectionFault as fault:
-            raise self._fault(fault.detail, fault.error_code) from fault
-        except Exception as exc:  # anything h2 raises on the peer's bytes
-            # h2 has sent its own GOAWAY for a ProtocolError, with its error code.
-            self._h2_ended = isinstance(exc, h2.exceptions.ProtocolError)
-            code = getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR)
-            raise self._fault(describe_h2_error(exc, frame=self._refused()), code) from exc
+            for kind, piece in frames.take(budget):
+                if kind == GOAWAY:
+                    if self._over:
+                        break
+                    self._goaway(piece)
+                    continue
+                for frame in frames_in(piece):
+                    if self._over:
+                        # The connection ended while this batch was handled (its
+                        # last stream did, and the drained connection closed): h2
+                        # is CLOSED and would call the frames after (a PING, a
+                        # SETTINGS...) a protocol error. Nothing waits on them.
+                        return backlog - frames.backlog
+                    self._receive(frame)
+        except Exception as exc:
+            raise self._connection_fault(exc) from exc
         finally:
             self._release()  # what came before a fault was good
         return backlog - frames.backlog
 
-    def _take(self, pieces: Iterable[Piece]) -> None:
-        """What :meth:`FrameSplitter.take` handed out: GOAWAY payloads, and runs
-        of whole frames, each frame given to h2 on its own."""
-        for kind, piece in pieces:
-            if kind == GOAWAY:
-                if self._over:
-                    return
-                self._goaway(piece)
-                continue
-            for frame in frames_in(piece):
-                if self._over:
-                    # The connection ended while this batch was handled (its last
-                    # stream did, and the drained connection closed): h2 is CLOSED
-                    # and would call the frames after (a PING, a SETTINGS...) a
-                    # protocol error. Nothing waits on them any more.
-                    return
-                if frame[3] != CONTINUATION_TYPE:  # h2 refuses a header block as its HEADERS
-                    self._at = (frame[3], int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF)
-                if frame[3] == SETTINGS_TYPE:
-                    frame = self._rules.capped(frame)
-                self._tell(self._h2.receive_data(frame))
+    def _receive(self, frame: bytes) -> None:
+        """One whole frame, for h2."""
+        kind = frame[3]
+        if kind != CONTINUATION_TYPE:  # h2 refuses a header block as its HEADERS
+            self._at = (kind, int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF)
+        if kind == SETTINGS_TYPE:
+            frame = self._rules.capped(frame)
+        self._tell(self._h2.receive_data(frame))
+
+    def _connection_fault(self, exc: Exception) -> ConnectionFault:
+        """What ``exc``, raised while handling the peer's frames, means for the connection."""
+        if isinstance(exc, FloodError):
+            return self._fault(str(exc), ErrorCodes.ENHANCE_YOUR_CALM)
+        if isinstance(exc, IdleStreamError):
+            return self._fault(f"{exc} (RFC 9113 5.1)")
+        if isinstance(exc, FrameSizeError):
+            detail = f"{exc}, above SETTINGS_MAX_FRAME_SIZE"
+            return self._fault(detail, ErrorCodes.FRAME_SIZE_ERROR)
+        if isinstance(exc, ConnectionFault):
+            return self._fault(exc.detail, exc.error_code)
+        # Anything h2 raises on the peer's bytes: for a ProtocolError h2 has sent
+        # its own GOAWAY, with its error code.
+        self._h2_ended = isinstance(exc, h2.exceptions.ProtocolError)
+        code = getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR)
+        return self._fault(describe_h2_error(exc, frame=self._refused()), code)
 
     def _refused(self) -> tuple[int, int] | None:
         """(type, stream id) of the frame h2 refused, if known."""
@@ -353,7 +359,7 @@ class H2Engine:
         events = self._events
         for event in said:
             if self._over:
-                return  # the connection ended while telling these (see _take)
+                return  # the connection ended while telling these (see handle)
             if event.__class__ is h2.events.DataReceived:
                 self._deliver(event.stream_id, event.data, event.flow_controlled_length)
                 continue
