@@ -39,7 +39,7 @@ from ..errors import UpstreamError
 from ..fields import Header
 from ..stats import Stats
 from .clocks import ConnectionClocks
-from .engine import ConnectionFault, H2Engine, Heard
+from .engine import ConnectionFault, H2Engine, Heard, new_engine
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
 from .observer import UNOBSERVED, ConnectionObserver
 from .outbound import OutboundPump
@@ -131,8 +131,8 @@ class StreamTable:
         on_change: Callable[[UpstreamConnection], None],
         cap: int,
     ) -> None:
-        """``streams``: the table, which the engine reads to deliver each stream's
-        frames; ``cap``: -max-streams-per-conn (0: none)."""
+        """``streams``: the table's own; ``cap``: -max-streams-per-conn (0: none).
+        The engine is told each stream as its request goes, and when it is forgotten."""
         self.id = conn.id
         self.outbound = conn.outbound
         self.streams = streams
@@ -234,8 +234,8 @@ class StreamTable:
             )
         engine = self._engine
         stream_id = engine.next_stream_id()
-        engine.send_request(stream_id, headers, end_stream)
         stream = UpstreamStream(self, engine, stream_id, sink, ended=end_stream)
+        engine.send_request(stream_id, headers, end_stream, stream)
         if (wanted := conn.window.extra) and (extra := conn.window.budget.take(wanted)):
             stream.widen(extra)  # the window's raises so far, as the budget allows
         self.streams[stream_id] = stream
@@ -288,6 +288,7 @@ class StreamTable:
         if stream.extra and conn is not None:
             conn.window.budget.give(stream.extra)
         self.streams.pop(stream.stream_id, None)
+        self._engine.forget(stream.stream_id)
         self.outbound.forget(stream)
         if conn is None or conn.state is ConnState.CLOSED:
             return  # nothing to give back or to tell: the end is failing every stream
@@ -369,8 +370,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.clocks = ConnectionClocks(self, config, self.ping_interval, stats, on_age)
         self.lifetime = self.clocks.lifetime
         self.peer = PeerEventHandler(self, self.clocks.liveness, stats, ping_backoff)
-        streams: dict[int, UpstreamStream] = {}  # the table's; the engine reads it
-        self._engine = H2Engine(self.peer, streams, config.max_response_header_bytes)
+        streams: dict[int, UpstreamStream] = {}  # the table's alone
+        self._engine: H2Engine = new_engine(self.peer, config.max_response_header_bytes)
         self.outbound: OutboundPump = OutboundPump(self._loop, self._engine)
         cap = config.max_streams_per_conn
         self.table = StreamTable(self, streams, self._engine, on_change, cap)
