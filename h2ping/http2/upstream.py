@@ -80,6 +80,11 @@ class ConnState(enum.Enum):
     __hash__ = object.__hash__
 
 
+# A module name for the tests made on every read: an enum member's load runs the
+# enum metaclass's __getattr__ hook (110 ns on 3.11, 15 here).
+_CLOSED = ConnState.CLOSED
+
+
 _C = ConnState
 
 #: Every move of a connection's life: ``UpstreamConnection._enter`` makes these and
@@ -469,7 +474,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def data_received(self, data: bytes) -> None:
         # Any inbound byte proves the peer alive (a PING ACK may wait behind megabytes of DATA).
         self.clocks.liveness.saw_bytes()
-        if self.state is ConnState.CLOSED:
+        if self.state is _CLOSED:
             return
         if (payload := self.window.received(len(data))) is not None:
             self.ping(payload)  # at once: it times the round trip
@@ -502,7 +507,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.clocks.writes.resumed()
 
     def _is_closed(self) -> bool:
-        return self.state is ConnState.CLOSED
+        return self.state is _CLOSED
 
     def _backlog_ready(self) -> bool:
         return self._engine.ready
@@ -514,7 +519,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         except ConnectionFault as fault:
             self._protocol_error(fault.detail, fault.error_code)
             return 0
-        if self.state is ConnState.CLOSED:
+        if self.state is _CLOSED:
             return 0
         self.outbound.flush()
         return taken
