@@ -24,6 +24,8 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import dis
+import enum
 import json
 import os
 import pstats
@@ -145,6 +147,24 @@ class _Opcodes:
         self.opcodes = 0
         self.frames = 0
         self.by_function: dict[str, int] = {}
+        # Loads of an enum's member (``State.OPEN``): about 110 ns each on 3.11,
+        # against 15 for a module constant. By code object: the offsets of such loads.
+        self.enum_loads: dict[str, int] = {}
+        self._enum_offsets: dict[Any, frozenset[int]] = {}
+
+    def _enum_sites(self, frame: Any) -> frozenset[int]:
+        code = frame.f_code
+        sites = self._enum_offsets.get(code)
+        if sites is None:
+            found, previous = set(), None
+            for ins in dis.get_instructions(code):
+                if ins.opname == "LOAD_ATTR" and previous is not None:
+                    holder = frame.f_globals.get(previous)
+                    if isinstance(holder, enum.EnumType) and ins.argval in holder.__members__:
+                        found.add(ins.offset)
+                previous = ins.argval if ins.opname == "LOAD_GLOBAL" else None
+            sites = self._enum_offsets[code] = frozenset(found)
+        return sites
 
     def _trace(self, frame: Any, event: str, arg: Any) -> Any:
         if event == "call":
@@ -161,6 +181,8 @@ class _Opcodes:
             code = frame.f_code
             key = f"{Path(code.co_filename).name}:{code.co_firstlineno}({code.co_name})"
             self.by_function[key] = self.by_function.get(key, 0) + 1
+            if frame.f_lasti in self._enum_sites(frame):
+                self.enum_loads[key] = self.enum_loads.get(key, 0) + 1
         return self._local
 
     def __enter__(self) -> _Opcodes:
@@ -206,6 +228,10 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
         top = sorted(counter.by_function.items(), key=lambda kv: -kv[1])[: args.top]
         for name, count in top:
             print(f"  {count / frames:8.1f}  {name}")
+        loads = sorted(counter.enum_loads.items(), key=lambda kv: -kv[1])
+        print(f"  enum member loads: {sum(counter.enum_loads.values()) / frames:.2f} per {unit}")
+        for name, count in loads[: args.top]:
+            print(f"  {count / frames:8.2f}  {name}")
         return
     units, unit = result["units"], result["unit"]
     wall = result["wall_s"]
