@@ -44,10 +44,18 @@ SSE_CASES = {"sse_500": 500, "sse_1000": 1000}
 H2LOAD_CASES = {"latency_1": 1, "small_50": 50}
 
 
-def _proxy(upstream: str, ca: Path) -> Any:
+def _proxy(upstream: str, ca: Path, lag_interval: float) -> Any:
     from h2ping.process.proxy import Proxy
 
-    return Proxy(upstream=upstream, listen="127.0.0.1:0", ca_file=str(ca), loop_lag_interval=0.01)
+    return Proxy(
+        upstream=upstream, listen="127.0.0.1:0", ca_file=str(ca), loop_lag_interval=lag_interval
+    )
+
+
+def _lag_interval(args: argparse.Namespace) -> float:
+    """bench/run.py's 10 ms tick; none while counting bytecodes, whose tracing
+    slows each request, so that a timer's work per request would grow with it."""
+    return 0.0 if args.opcodes else 0.01
 
 
 class _Go:
@@ -81,7 +89,11 @@ async def _sse(args: argparse.Namespace, tmp: Path, procs: Procs) -> dict[str, A
     await asyncio.to_thread(wait_port, port, origin)
     upstream = f"https://127.0.0.1:{port}"
     go = _Go(procs, upstream, ca) if args.peer == "go" else None
-    async with _proxy(upstream, ca) if go is None else contextlib.nullcontext(go) as proxy:
+    async with (
+        _proxy(upstream, ca, _lag_interval(args))
+        if go is None
+        else contextlib.nullcontext(go) as proxy
+    ):
         argv = [*bench_module("load.sse_client"), "--port", str(proxy.port)]
         argv += ["--streams", str(streams), "--path", "/sse?interval_ms=20&bytes=64"]
         argv += ["--interval-ms", "20", "--warmup", str(args.warmup)]
@@ -118,7 +130,7 @@ async def _sse(args: argparse.Namespace, tmp: Path, procs: Procs) -> dict[str, A
 async def _h2load(args: argparse.Namespace, tmp: Path, procs: Procs) -> dict[str, Any]:
     clients = H2LOAD_CASES[args.case]
     origin = start_origin(procs, tmp)
-    async with _proxy(origin.https_url, origin.ca_path) as proxy:
+    async with _proxy(origin.https_url, origin.ca_path, _lag_interval(args)) as proxy:
         url = f"http://127.0.0.1:{proxy.port}/tiny"
         warm = ["taskset", "-c", str(LOAD_CPU), "h2load", "--h1", "-c", "1", "-n", "200", url]
         await (
