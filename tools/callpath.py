@@ -97,9 +97,7 @@ class Recorder:
 
 
 async def trace(body: int) -> Recorder:
-    child = subprocess.Popen(
-        [sys.executable, "-c", UPSTREAM], stdout=subprocess.PIPE, text=True
-    )
+    child = subprocess.Popen([sys.executable, "-c", UPSTREAM], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
         url = child.stdout.readline().strip()
@@ -117,9 +115,7 @@ async def trace(body: int) -> Recorder:
 async def _one_request(proxy: Proxy, body: int) -> Recorder:
     reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
     payload = b"x" * body
-    head = (
-        f"POST /way HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n\r\n"
-    ).encode()
+    head = (f"POST /way HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n\r\n").encode()
 
     async def exchange() -> None:
         writer.write(head + payload)

@@ -146,7 +146,7 @@ async def connect(
     with ``tls_sessions``, resume the latest TLS session and remember this one;
     its streams' windows grow out of ``window_budget``.
     ``on_preface`` hears of the connection as soon as our preface is out, when it
-    takes its first stream (:data:`~.upstream.PROVISIONAL_STREAMS`) a round trip
+    takes its first stream (:data:`~.streams.PROVISIONAL_STREAMS`) a round trip
     before the SETTINGS come."""
     protocol = UpstreamConnection(
         config, conn_id, on_change, stats, on_age, ping_backoff, window_budget

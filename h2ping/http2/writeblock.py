@@ -28,6 +28,7 @@ from typing import Protocol
 from .. import errors
 from ..errors import UpstreamError
 from ..logs import plural
+from .streams import StreamTable
 
 log = logging.getLogger("h2ping.upstream")
 
@@ -50,14 +51,6 @@ class Writing(Protocol):
     def resume_writing(self) -> None: ...
 
 
-class BlockedTable(Protocol):
-    """The connection's stream table, which takes no new stream while writes wait."""
-
-    def writes_paused(self) -> None: ...
-    def writes_resumed(self) -> None: ...
-    def count(self) -> int: ...
-
-
 class BlockedConnection(Protocol):
     """What a :class:`WriteBlock` asks of its connection: named here, so that this
     module needs none of the connection's."""
@@ -65,7 +58,7 @@ class BlockedConnection(Protocol):
     @property
     def id(self) -> int: ...
     @property
-    def table(self) -> BlockedTable: ...
+    def table(self) -> StreamTable: ...
     def cut(self, reason: str, error: UpstreamError) -> None: ...
 
 

@@ -403,10 +403,11 @@ def test_the_state_guard_sees_a_write_from_outside() -> None:
 
 
 def test_an_upstream_connection_changes_state_through_its_table_only() -> None:
-    """Outside ``_enter`` only ``__init__`` sets the state (its first one)."""
-    from h2ping.http2.upstream import _MOVES, ConnState
+    """Its lifetime holds its state: outside ``_enter`` only ``__init__`` sets it
+    (its first one); no other module sets a ``state`` to a ConnState."""
+    from h2ping.http2.lifetime import _MOVES, ConnState
 
-    tree = ast.parse((PACKAGE / "http2" / "upstream.py").read_text())
+    tree = ast.parse((PACKAGE / "http2" / "lifetime.py").read_text())
     setters = [
         function.name
         for function in ast.walk(tree)
@@ -419,6 +420,12 @@ def test_an_upstream_connection_changes_state_through_its_table_only() -> None:
     assert set(_MOVES) == set(ConnState)
     assert not _MOVES[ConnState.CLOSED]  # the end is the end
     assert all(ConnState.CLOSED in moves for state, moves in _MOVES.items() if moves)
+    writers = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if _state_writes(path.read_text(), "ConnState")
+    ]
+    assert writers == ["http2/lifetime.py"], writers
 
 
 # ------------------------------------------------- one writer for each piece of state
@@ -537,12 +544,12 @@ def table_stream_reads(source: str) -> list[str]:
 
 
 def test_only_the_stream_tables_module_reads_its_streams() -> None:
-    """Outside upstream.py (the table's own module) nothing in h2ping reaches into
+    """Outside streams.py (the table's own module) nothing in h2ping reaches into
     a table's streams: what the peer says about a stream finds it by id."""
     found = {
         str(path.relative_to(PACKAGE)): reads
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path != PACKAGE / "http2" / "upstream.py"
+        if path != PACKAGE / "http2" / "streams.py"
         and (reads := table_stream_reads(path.read_text()))
     }
     assert not found, found
