@@ -117,6 +117,10 @@ class Lifetime:
         self.stop()
         return True
 
+    def ended(self) -> bool:
+        """Whether it is over (its inbound schedule then takes nothing more)."""
+        return self.state is ConnState.CLOSED
+
     def fail_setup(self, error: UpstreamError) -> None:
         """It ended before opening: its dial, and a stream sent behind the
         preface, fail with ``error``."""

@@ -119,7 +119,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             config.max_streams_per_conn,
         )
         self._inbound = InboundTurns(
-            self._loop, self._take_batch, self._backlog_ready, self._is_closed, self.table.count
+            self._loop, self._take_batch, self._backlog_ready, self.lifetime.ended, self.table.count
         )
 
     @property
@@ -224,7 +224,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def data_received(self, data: bytes) -> None:
         # Any inbound byte proves the peer alive (a PING ACK may wait behind megabytes of DATA).
         self.clocks.liveness.saw_bytes()
-        if self.state is ConnState.CLOSED:
+        if self.lifetime.state is ConnState.CLOSED:
             return
         if (payload := self.window.received(len(data))) is not None:
             self.ping(payload)  # at once: it times the round trip
@@ -233,18 +233,20 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._inbound.arrived()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.observer.socket_lost(exc, by_peer=self.state is not ConnState.CLOSED)
+        self.observer.socket_lost(exc, by_peer=self.lifetime.state is not ConnState.CLOSED)
         # What arrived before the end is handled first: a response complete
         # before the close is a response.
         self._inbound.stop()
-        while self.state is not ConnState.CLOSED and self._engine.ready:
+        while self.lifetime.state is not ConnState.CLOSED and self._engine.ready:
             self._take_batch()
-        if self.state is ConnState.CLOSED:
+        if self.lifetime.state is ConnState.CLOSED:
             return
         reason = f"connection lost: {exc}" if exc else "connection closed by upstream"
         if self.peer.goaway_error:
             reason += f" after GOAWAY {self.peer.goaway_error}"
-        if self.state is ConnState.CONNECTING:  # a stream sent behind the preface fails so too
+        if (
+            self.lifetime.state is ConnState.CONNECTING
+        ):  # a stream sent behind the preface fails so too
             reason += " before HTTP/2 SETTINGS"
         error = UpstreamError(errors.CONNECTION_TERMINATED, reason, next_hop=proxy_of(exc))
         self.lifetime.fail_setup(error)
@@ -256,9 +258,6 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.clocks.writes.resumed()
 
-    def _is_closed(self) -> bool:
-        return self.state is ConnState.CLOSED
-
     def _backlog_ready(self) -> bool:
         return self._engine.ready
 
@@ -269,7 +268,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         except ConnectionFault as fault:
             self._protocol_error(fault.detail, fault.error_code)
             return 0
-        if self.state is ConnState.CLOSED:
+        if self.lifetime.state is ConnState.CLOSED:
             return 0
         self.outbound.flush()
         return taken
@@ -286,7 +285,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         transport closes after what is written; without, it is cut. CLOSED comes
         before the streams fail, so that no slot of it is handed out meanwhile
         (their sinks may replay at once); the pool hears of it once, at the end."""
-        if self.state is ConnState.CLOSED:
+        if self.lifetime.state is ConnState.CLOSED:
             return
         if goaway is not None and self._transport is not None:
             if not self._transport.is_closing():
@@ -308,4 +307,4 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._loop.call_soon(_let_go, self)
 
     def __repr__(self) -> str:
-        return f"<conn {self.id} {self.state.value} streams={self.table.count()}>"
+        return f"<conn {self.id} {self.lifetime.state.value} streams={self.table.count()}>"
