@@ -133,23 +133,13 @@ class PeerEventHandler:
         """The connection drains: h2 never hears of a GOAWAY (it would fail the
         streams the server has promised to finish)."""
         conn = self._conn
-        conn.observer.goaway_received(goaway)  # first: it may word the failures that follow
+        # First: it may word the failures that follow (and it counts and logs it).
+        conn.observer.goaway_received(goaway, conn.table.count())
         last = goaway.last_stream_id
         before = self.goaway_last_stream_id
         if before is not None:
             last = min(last, before)
         self.goaway_last_stream_id = last
-        self._stats.goaway_received()
-        # Logged when it says something new: a repeated GOAWAY (the engine's
-        # flood budget ends a connection that sends many) is no news.
-        if before is None or last < before or goaway.code_name != (self.goaway_error or "NO_ERROR"):
-            described = goaway.describe(last)
-            log.info(
-                "conn=%d GOAWAY received: %s open_streams=%d",
-                conn.id,
-                described,
-                conn.table.count(),
-            )
         if goaway.error_code != ErrorCodes.NO_ERROR:
             self.goaway_error = goaway.code_name
         backoff = self._ping_backoff
