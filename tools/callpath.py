@@ -15,7 +15,9 @@ written to the client):
 - crossings: calls from one module into another;
 - returns: calls into a module that is already on the call stack below a
   frame of another module (A calls B, which calls back into A): the request
-  went back to a module it had left, a round trip through the calls.
+  went back to a module it had left, a round trip through the calls;
+- calls: every call of a function of h2ping's (the engine's included), a
+  count of the Python work the request costs that no timer's noise moves.
 
 Each return is listed with the stack of modules that made it. Usage::
 
@@ -71,7 +73,7 @@ class Recorder:
 
     def start(self, leg: str) -> None:
         self.leg = leg
-        self.legs.setdefault(leg, {"modules": set(), "crossings": 0, "returns": []})
+        self.legs.setdefault(leg, {"modules": set(), "crossings": 0, "returns": [], "calls": 0})
 
     def __call__(self, frame: types.FrameType, event: str, arg: object) -> None:
         if event == "call":
@@ -84,6 +86,7 @@ class Recorder:
 
     def _count(self, module: str, frame: types.FrameType) -> None:
         leg = self.legs[self.leg]
+        leg["calls"] += 1
         leg["modules"].add(module)
         ours = [m for _, m in self._stack if m is not None]
         if ours and ours[-1] != module:
@@ -164,7 +167,7 @@ def main() -> None:
         total_returns += len(seen["returns"])
         print(
             f"{leg}: {len(seen['modules'])} modules, {seen['crossings']} crossings, "
-            f"{len(seen['returns'])} returns"
+            f"{len(seen['returns'])} returns, {seen['calls']} calls"
         )
         print("  modules: " + " ".join(sorted(seen["modules"])))
         for way in seen["returns"]:

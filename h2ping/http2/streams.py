@@ -312,16 +312,12 @@ class SlotLost(UpstreamError):
 class StreamSlot:
     """One stream slot reserved on a connection: opened or released, exactly once."""
 
-    __slots__ = ("_spent", "table")
+    __slots__ = ("_spent", "conn_id", "table")
 
     def __init__(self, table: StreamTable) -> None:
         self.table = table
+        self.conn_id = table.id  # the number of its connection, for the request's log
         self._spent = False
-
-    @property
-    def conn_id(self) -> int:
-        """The number of the connection it is on, for the request's log."""
-        return self.table.id
 
     @property
     def header_list_limit(self) -> int | None:
