@@ -16,6 +16,7 @@ written to the client):
 - returns: calls into a module that is already on the call stack below a
   frame of another module (A calls B, which calls back into A): the request
   went back to a module it had left, a round trip through the calls;
+- edges: which module called which (``(caller, callee)``);
 - calls: every call of a function of h2ping's (the engine's included), a
   count of the Python work the request costs that no timer's noise moves.
 
@@ -73,7 +74,9 @@ class Recorder:
 
     def start(self, leg: str) -> None:
         self.leg = leg
-        self.legs.setdefault(leg, {"modules": set(), "crossings": 0, "returns": [], "calls": 0})
+        self.legs.setdefault(
+            leg, {"modules": set(), "crossings": 0, "returns": [], "calls": 0, "edges": set()}
+        )
 
     def __call__(self, frame: types.FrameType, event: str, arg: object) -> None:
         if event == "call":
@@ -91,6 +94,7 @@ class Recorder:
         ours = [m for _, m in self._stack if m is not None]
         if ours and ours[-1] != module:
             leg["crossings"] += 1
+            leg["edges"].add((ours[-1], module))
             if module in ours:
                 path = [ours[0]]
                 for m in ours[1:]:
