@@ -1,4 +1,4 @@
-"""One HTTP/2 connection to the upstream: its life, its stream slots, its streams.
+"""One HTTP/2 connection to the upstream: the protocol, what its moves mean, its end.
 
 What goes where:
 
@@ -21,7 +21,7 @@ it read is still being handled, one share a loop turn (:mod:`h2ping.http2.inboun
 What ``data_received`` reads goes to the connection's :class:`~.engine.H2Engine`,
 which tells the stream each frame concerns, or the handler of the peer's events.
 Nothing here knows about HTTP/1.1; a stream (:mod:`h2ping.http2.streams`) reports to
-a :class:`StreamSink`, which the exchange implements. What is written and when is
+a :class:`~.streams.StreamSink`, which the exchange implements. What is written and when is
 :mod:`h2ping.http2.outbound`'s business. Dialling (TCP, TLS, ALPN) is
 :mod:`h2ping.http2.dial`.
 """
@@ -72,10 +72,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     """An HTTP/2 client connection driven by inbound bytes, never by waiting readers.
 
     A buffered protocol: the transport (or the TLS layer, :mod:`.tlslayer`) reads into one
-    buffer of ours, where a plain protocol costs an allocation per read. Its state and its end
-    are its own; its stream slots and streams are its ``table``'s, what the peer says to it its
-    ``peer``'s to handle, its clocks (PINGs, age, idle, blocked writes) its ``clocks``'.
-    Whoever watches it (``h2ping check``) is its ``observer``, told each moment of its life."""
+    buffer of ours, where a plain protocol costs an allocation per read. Its end is its own, and
+    what each move of its state means; the state is its ``lifetime``'s, its stream slots and
+    streams its ``table``'s, what the peer says to it its ``peer``'s to handle, its clocks
+    (PINGs, age, idle, blocked writes) its ``clocks``'. Whoever watches it (the proxy's
+    counters and log, ``h2ping check``) is its ``observer``, told each moment of its life."""
 
     def __init__(
         self,

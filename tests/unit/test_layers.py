@@ -7,7 +7,8 @@ dispatch to it, while the check imports nothing of the process layer.
 
 Then the rules of ownership, read from the code: one writer for each piece of
 state, no reach into another module's private names, no class built on a class of
-another package."""
+another package; and one direction through an upstream connection: what the peer
+says and the stream table never end it, and only the connection moves its state."""
 
 from __future__ import annotations
 
