@@ -76,7 +76,7 @@ class ConnectionClocks(Generic[Conn]):
             self._idle,
             self._busy,
         )
-        self.writes = WriteBlock(loop, conn, config.write_timeout)
+        self.writes = WriteBlock(loop, conn.id, conn.cut, config.write_timeout)
 
     def start(self) -> None:
         """The connection is open: its PINGs run (its lifetime started the age

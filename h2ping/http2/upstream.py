@@ -208,7 +208,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self._inbound.attach(self._transport)
         self.outbound.attach(self._transport)
-        self.clocks.writes.attach(self._transport, self._inbound, self.outbound)
+        self.clocks.writes.attach(self._transport, self._inbound, self.outbound, self.table)
         self.table.preface_sent()  # once flushed below
         self._engine.start(self.window.announced, connection_window(self.window.cap))
         if (payload := self.window.first_ping()) is not None:
