@@ -60,7 +60,7 @@ def only_fast_paths(paths: Collection[str]) -> Iterator[None]:
 def forget_to_count_plain_data(monkeypatch: Any) -> None:
     """Break the fast DATA path: it takes a frame but leaves the stream's window
     as it was (what the probes and the differential test must catch)."""
-    from h2ping.http2.engine.connection import H2Connection
+    from h2ping.http2.engine.fastconnection import FastConnection as H2Connection
 
     take = H2Connection.take_plain_data
 

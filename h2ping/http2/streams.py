@@ -370,7 +370,6 @@ class StreamTable:
         self,
         conn_id: int,
         life: Lifetime,
-        streams: dict[int, UpstreamStream],
         engine: H2Engine,
         outbound: BodyPump,
         window: ReceiveWindow,
@@ -379,13 +378,13 @@ class StreamTable:
         on_drained: Callable[[], None],
         cap: int,
     ) -> None:
-        """``streams``: the table, which the engine reads to deliver each stream's
-        frames; ``window``: the connection's receive window, whose raises each new
+        """``window``: the connection's receive window, whose raises each new
         stream takes as far as its budget allows; ``cap``: -max-streams-per-conn
-        (0: none)."""
+        (0: none). The engine is told each stream as its request goes, and when it
+        is forgotten."""
         self.id = conn_id
         self.outbound = outbound
-        self.streams = streams
+        self.streams: dict[int, UpstreamStream] = {}
         self.reserved = 0  # slots promised by the pool but not yet opened
         self.max_streams = 0  # 0 until the peer's first SETTINGS arrives
         self.cap = cap or MOST_STREAMS
@@ -480,8 +479,8 @@ class StreamTable:
             )
         engine = self._engine
         stream_id = engine.next_stream_id()
-        engine.send_request(stream_id, headers, end_stream)
         stream = UpstreamStream(self, engine, stream_id, sink, ended=end_stream)
+        engine.send_request(stream_id, headers, end_stream, stream)
         window = self._window
         if (wanted := window.extra) and (extra := window.budget.take(wanted)):
             stream.widen(extra)  # the window's raises so far, as the budget allows
@@ -550,6 +549,7 @@ class StreamTable:
         if stream.extra:
             self._window.budget.give(stream.extra)
         self.streams.pop(stream.stream_id, None)
+        self._engine.forget(stream.stream_id)
         self.outbound.forget(stream)
         state = self._life.state
         if state is ConnState.CLOSED:

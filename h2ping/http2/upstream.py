@@ -42,14 +42,14 @@ from ..config import Config
 from ..errors import UpstreamError
 from ..stats import Stats
 from .clocks import ConnectionClocks
-from .engine import ConnectionFault, H2Engine, Heard
+from .engine import ConnectionFault, H2Engine, Heard, new_engine
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
 from .lifetime import ConnState
 from .observer import UNOBSERVED, ConnectionObserver
 from .outbound import OutboundPump
 from .peerevents import PeerEventHandler
 from .pingbackoff import PingBackoff, new_connection_pings
-from .streams import PROVISIONAL_HEADER_LIST, StreamTable, UpstreamStream
+from .streams import PROVISIONAL_HEADER_LIST, StreamTable
 from .tunnel import proxy_of
 from .windows import ReceiveWindow, WindowBudget, connection_window
 
@@ -104,13 +104,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.clocks = ConnectionClocks(self, config, self.ping_interval, stats, on_age)
         self.lifetime = self.clocks.lifetime  # its state, and its age and idle clocks
         self.peer = PeerEventHandler(self, self.clocks.liveness, stats, ping_backoff)
-        streams: dict[int, UpstreamStream] = {}  # the table's; the engine reads it
-        self._engine = H2Engine(self.peer, streams, config.max_response_header_bytes)
+        self._engine: H2Engine = new_engine(self.peer, config.max_response_header_bytes)
         self.outbound: OutboundPump = OutboundPump(self._loop, self._engine)
         self.table = StreamTable(
             conn_id,
             self.lifetime,
-            streams,
             self._engine,
             self.outbound,
             self.window,

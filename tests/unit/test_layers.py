@@ -224,7 +224,7 @@ def test_nothing_outside_http2_imports_a_module_of_the_engine() -> None:
         "from ..http2.engine.frames import FrameSplitter\n",
         "from ..http2.engine import frames\n",
         "import h2ping.http2.engine.errortext\n",
-        "def f():\n    from h2ping.http2.engine.facade import H2Engine\n",
+        "def f():\n    from h2ping.http2.engine.plain import H2Engine\n",
     ],
 )
 def test_the_engine_guard_sees_an_import_past_the_door(source: str) -> None:
@@ -367,7 +367,49 @@ def test_only_the_seam_reaches_past_the_libraries_api() -> None:
 )
 def test_the_guard_sees_a_reach_outside_the_seam(source: str) -> None:
     assert reaches_past_the_api("h2ping.http2.upstream", source)
-    assert not reaches_past_the_api("h2ping.http2.engine.connection", source)
+    assert not reaches_past_the_api("h2ping.http2.engine.fastconnection", source)
+
+
+# ------------------------------------------------- the plain engine and the fast layer
+#
+# Inside the seam, the plain engine is h2 on its documented API alone, and the
+# fast layer is built on it: the plain engine imports nothing of the fast layer
+# (so the fast layer's modules can be deleted), and reaches past the libraries'
+# API no more than code outside the seam may.
+
+PLAIN_ENGINE = {
+    f"{SEAM}.{name}"
+    for name in ("plain", "frames", "floodguard", "peerrules", "errortext", "opening")
+}
+FAST_LAYER = {name for name in MODULES if name.startswith(SEAM + ".")} - PLAIN_ENGINE
+
+
+def fast_layer_imported(name: str, source: str | None = None) -> set[str]:
+    return imports(name, source) & FAST_LAYER
+
+
+def test_the_plain_engine_imports_nothing_of_the_fast_layer() -> None:
+    assert f"{SEAM}.fast" in FAST_LAYER and f"{SEAM}.manifest" in FAST_LAYER
+    found = {name: sorted(hit) for name in PLAIN_ENGINE if (hit := fast_layer_imported(name))}
+    assert not found
+
+
+def test_the_plain_engine_reaches_nothing_past_the_api() -> None:
+    found = {
+        name: reaches
+        for name in PLAIN_ENGINE
+        # Judged as a module outside the seam would be.
+        if (reaches := reaches_past_the_api("h2ping.plain_engine", MODULES[name].read_text()))
+    }
+    assert not found
+
+
+def test_the_plain_engine_guards_see_a_reach() -> None:
+    assert fast_layer_imported(f"{SEAM}.plain", "from .manifest import DATA\n")
+    assert fast_layer_imported(f"{SEAM}.frames", "def f():\n    from . import fastpaths\n")
+    assert reaches_past_the_api(
+        "h2ping.plain_engine", "def f(c):\n    return c.state_machine.state\n"
+    )
 
 
 def _state_writes(source: str, state: str) -> list[int]:
@@ -615,7 +657,7 @@ def test_the_write_guard_sees_a_write_from_outside() -> None:
     assert not foreign_writes("class C:\n    def f(self):\n        self.state = None\n")
     assert write_ruled(PACKAGE / "http1" / "reader.py")
     assert write_ruled(PACKAGE / "forward" / "exchange.py")
-    assert not write_ruled(PACKAGE / "http2" / "engine" / "facade.py")
+    assert not write_ruled(PACKAGE / "http2" / "engine" / "plain.py")
 
 
 # ------------------------------------------------- one holder of a connection's streams
