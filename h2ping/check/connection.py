@@ -29,6 +29,7 @@ from ..errors import UpstreamError
 from ..fields import Header
 from ..http2.dial import DialSteps, dial
 from ..http2.engine import TEXT_ANSWER, Goaway, not_http2
+from ..http2.observer import reported
 from ..http2.pingbackoff import punishes_pings
 from ..http2.streams import SlotLost, UpstreamStream
 from ..http2.upstream import ConnState, UpstreamConnection
@@ -108,8 +109,9 @@ class ProbeConnection:
         self._lost_by_peer: tuple[Exception | None] | None = None  # (exc,) once the peer ended it
         self._pings: dict[bytes, asyncio.Future[float]] = {}
         self._stats = Stats()  # the connection's counters, which nobody reads here
+        # Logged as the proxy logs its own connections' lives; then told to the probe.
         self.connection = UpstreamConnection(
-            _quiet(config), 1, _no_news, self._stats, observer=self
+            _quiet(config), 1, _no_news, self._stats, observer=reported(self._stats, 1, self)
         )
 
     # ------------------------------------------------------------- the probe's side
@@ -252,7 +254,7 @@ class ProbeConnection:
         if acked is not None and not acked.done():
             acked.set_result(time.perf_counter())
 
-    def goaway_received(self, goaway: Goaway) -> None:
+    def goaway_received(self, goaway: Goaway, open_streams: int) -> None:
         self.goaway = _reported(goaway)
         reason = f"the upstream sent {self.goaway}"
         for acked in self._pings.values():

@@ -1,13 +1,17 @@
-"""The engine's fast paths do what plain h2 does: a differential test.
+"""The engine's fast layer does what the plain engine does: a differential test.
 
-Two upstream connections get the same generated script: requests of any size
+The plain engine (``h2ping.http2.engine.plain``, h2's documented API alone) is
+the reference. Two upstream connections get the same generated script: requests of any size
 (CONTINUATION included) with and without bodies, and a server's answers to
 them (responses with and without content-length, 1xx, trailers, padded and
 prioritised HEADERS, padded DATA, RST_STREAM, WINDOW_UPDATE, SETTINGS, PING,
 GOAWAY mid-stream, dynamic table size updates both ways), and the client's
-acknowledgements and cancellations. One connection takes every fast path, the
-other none (but ``stream_faults``, which plain h2 does not have). After every
-step they must agree on every frame written to the server (header blocks
+acknowledgements and cancellations. One connection has the fast layer, taking
+every fast path that promises to do what h2 does; the other is the plain
+engine. ``stream_faults`` changes what plain h2 does (one stream's fault fails
+that stream alone, DATA on a stream h2ping reset goes unanswered), so a second
+pairing compares the fast layer with every path against the fast layer with
+that one alone. After every step they must agree on every frame written to the server (header blocks
 compared decoded, since h2ping encodes requests its own way, and every other
 frame byte for byte), on what each stream told its sink, and on h2's own
 flow-control, content-length and state-machine state. Windows are small, so
@@ -37,13 +41,13 @@ from hypothesis import strategies as st
 
 from h2ping.fields import Header
 from h2ping.http2 import windows
-from h2ping.http2.engine import probes
+from h2ping.http2.engine import H2Engine, probes
+from h2ping.http2.engine.fast import FastEngine
 from h2ping.http2.engine.frames import FRAME, RUN, FrameSplitter
 from h2ping.http2.engine.manifest import FAST_PATHS, STREAM_FAULTS
 from h2ping.http2.streams import UpstreamStream
 from h2ping.http2.upstream import ConnState
 
-from ..fakes import PREFACE
 from ..h2fake import (
     REQUEST,
     FakeServer,
@@ -61,6 +65,11 @@ NAMED = (1, 3, 5, 7, 9, 11)
 EXAMPLES = int(os.environ.get("DIFFERENTIAL_EXAMPLES", "200"))
 #: Request heads by size: one frame, several kilobytes, past one frame (CONTINUATION).
 HEAD_SIZES = {"small": 0, "medium": 3_000, "large": 40_000}
+#: (the fast layer's paths, the reference's): none is the plain engine.
+PLAIN = (frozenset(FAST_PATHS) - {STREAM_FAULTS}, frozenset())
+WITH_STREAM_FAULTS = (frozenset(FAST_PATHS), frozenset({STREAM_FAULTS}))
+PAIRS = [pytest.param(PLAIN, id="plain"), pytest.param(WITH_STREAM_FAULTS, id="stream_faults")]
+Pair = tuple[frozenset[str], frozenset[str]]
 
 
 def request(size: str, n: int) -> list[Header]:
@@ -95,29 +104,35 @@ class Written:
     """What a connection wrote, frame by frame (the probes' reader: header blocks
     decoded by one decoder, as the server's would be)."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: int) -> None:
         self.sent = probes._Sent()
         # Any size the script's SETTINGS may allow: the size updates themselves
         # are compared between the twins.
         self.sent.decoder.max_allowed_table_size = 100_000
         self.frames: list[Any] = []
-        self._read = 0
+        self._read = start  # what the connection's start wrote is its own
 
     def update(self, written: bytearray) -> None:
-        data = bytes(written[self._read or len(PREFACE) :])  # writes are whole frames
+        data = bytes(written[self._read :])  # writes are whole frames
         self._read = len(written)
         self.frames += self.sent.frames(data)
 
 
 class Twin:
-    def __init__(self, fast: bool, holding: tuple[bool, ...], sizes: tuple[str, ...]) -> None:
-        # Plain h2 but for stream faults, which plain h2 does not have.
-        with only_fast_paths(FAST_PATHS if fast else {STREAM_FAULTS}):
+    def __init__(
+        self, paths: frozenset[str], holding: tuple[bool, ...], sizes: tuple[str, ...]
+    ) -> None:
+        """``paths``: the fast paths taken; none is the plain engine."""
+        with only_fast_paths(paths):
             self.h = Harness(max_streams=10, max_receive_window=65535)
-        self.fast = fast
+        engine = self.h.conn._engine
+        assert type(engine) is (FastEngine if paths else H2Engine)
+        assert engine.fast == paths
         self.server = FakeServer()  # one per twin: HPACK state is per connection
         self.encoder = hpack.Encoder()  # the server's, for the headers it builds itself
-        self.written = Written()
+        # The preface and its SETTINGS differ: the plain engine repeats its
+        # header list limit in a second SETTINGS frame (h2 applies it on the ACK).
+        self.written = Written(len(self.h.transport.written))
         self.sinks: dict[int, AckingSink] = {}
         self.streams: dict[int, UpstreamStream] = {}
         for hold, size in zip(holding, sizes, strict=True):
@@ -291,10 +306,12 @@ async def compare(
     holding: tuple[bool, ...],
     heads: tuple[int | bool | None, ...] = (None, None, None),
     sizes: tuple[str, ...] = ("small", "small", "small"),
+    pair: Pair = PLAIN,
 ) -> tuple[Twin, Twin]:
     """``heads``: per stream, the response head sent before the script: False for
-    none, None for one without content-length, N for ``content-length: N``."""
-    fast, slow = Twin(True, holding, sizes), Twin(False, holding, sizes)
+    none, None for one without content-length, N for ``content-length: N``;
+    ``pair``: the fast layer's paths and the reference's."""
+    fast, slow = Twin(pair[0], holding, sizes), Twin(pair[1], holding, sizes)
     first = [
         ("headers", sid, (200, head), False, 0, False, False, None)
         for sid, head in zip(STREAMS, heads, strict=True)
@@ -317,15 +334,17 @@ async def compare(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(script=scripts, holding=st.tuples(*[st.booleans()] * 3), heads=first_heads, sizes=head_sizes)
-def test_the_fast_paths_do_what_h2_does(
+@pytest.mark.parametrize("pair", PAIRS)
+def test_the_fast_layer_does_what_the_plain_engine_does(
     monkeypatch: pytest.MonkeyPatch,
+    pair: Pair,
     script: list[tuple[Any, ...]],
     holding: tuple[bool, ...],
     heads: tuple[int | bool | None, ...],
     sizes: tuple[str, ...],
 ) -> None:
     small_windows(monkeypatch)
-    asyncio.run(compare(script, holding, heads, sizes))
+    asyncio.run(compare(script, holding, heads, sizes, pair))
 
 
 def block(*options: Any) -> tuple[Any, ...]:
@@ -379,12 +398,16 @@ def block(*options: Any) -> tuple[Any, ...]:
                               ("settings", "header_table_size", 4096), ("open", "large", True)]),
     ],
 )  # fmt: skip
+@pytest.mark.parametrize("pair", PAIRS)
 async def test_edge_cases_agree(
-    monkeypatch: pytest.MonkeyPatch, heads: tuple[int | bool | None, ...], script: list[Any]
+    monkeypatch: pytest.MonkeyPatch,
+    heads: tuple[int | bool | None, ...],
+    script: list[Any],
+    pair: Pair,
 ) -> None:
     small_windows(monkeypatch)
     # Streams 1 and 3 ack at once; stream 5's client reads nothing.
-    await compare(script, (False, False, True), heads)
+    await compare(script, (False, False, True), heads, pair=pair)
 
 
 async def test_an_empty_connection_window_gets_its_update_at_once(
@@ -413,7 +436,7 @@ def counting(h2conn: Any, name: str, taken: Any, calls: dict[str, int]) -> None:
 
 async def test_every_fast_path_is_taken_in_the_comparisons() -> None:
     """The comparisons above would also pass if no fast path ran."""
-    fast = Twin(True, (False,), ("small",))
+    fast = Twin(frozenset(FAST_PATHS), (False,), ("small",))
     h2conn: Any = fast.h.conn._engine._h2
     # The request left without hpack's encoder: its dynamic table is still empty.
     assert not h2conn.encoder.header_table.dynamic_entries

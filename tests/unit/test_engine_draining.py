@@ -11,6 +11,7 @@ from hyperframe.frame import DataFrame, HeadersFrame, PingFrame, SettingsFrame, 
 from h2ping.fields import Header
 from h2ping.http2.engine import ConnectionFault, H2Engine
 from h2ping.http2.engine import errortext as h2errors
+from h2ping.http2.engine.fast import new_engine
 from h2ping.http2.engine.manifest import FAST_PATHS
 
 REQUEST: list[Header] = [
@@ -60,10 +61,10 @@ class Events:
 
 def started(fast: frozenset[str]) -> tuple[H2Engine, Events]:
     events = Events()
-    engine = H2Engine(events, {1: events}, 65536, fast=fast)  # type: ignore[arg-type, dict-item]
+    engine = new_engine(events, 65536, fast=fast)  # type: ignore[arg-type]
     events.engine = engine
     engine.start(65535, 65535)
-    engine.send_request(1, REQUEST, end_stream=True)
+    engine.send_request(1, REQUEST, True, events)  # type: ignore[arg-type]
     engine.data_to_send()
     return engine, events
 

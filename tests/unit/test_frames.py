@@ -220,6 +220,37 @@ def test_resets_are_paid_for_by_the_streams_opened() -> None:
     assert refused.value.kind == fg.RST_STREAM
 
 
+def test_what_was_in_flight_on_streams_h2ping_reset_is_not_charged() -> None:
+    # A thousand clients gone at once from a thousand event streams: each stream
+    # reset, with a few small events in flight on it. Not a flood.
+    opened = range(1, 2001, 2)
+    splitter, guard, streams = client_splitter(*opened)
+    for stream_id in opened:
+        streams.discard(stream_id)
+        guard.reset(stream_id)
+    event = b"e" * 64
+    for _ in range(8):
+        splitter.split(b"".join(FakeServer.data(s, event) for s in opened))
+    # The trailers some had in flight too.
+    splitter.split(b"".join(SERVER.headers(s, 200) for s in range(1, 101, 2)))
+    # Past what may have been in flight, the frames are charged as before.
+    with pytest.raises(FloodError) as refused:
+        splitter.split(FakeServer.data(1, b"x") * int(fg.IN_FLIGHT_FRAMES + fg.BURST + 1))
+    assert refused.value.kind == fg.CLOSED_STREAMS
+
+
+def test_only_the_streams_reset_last_keep_what_was_in_flight_free() -> None:
+    splitter, guard, _ = client_splitter()
+    for stream_id in range(1, 2 * (fg.IN_FLIGHT_STREAMS + 1000), 2):
+        guard.opened(stream_id)
+        guard.reset(stream_id)
+    # The 1,000 reset first are long forgotten: their small frames are charged.
+    with pytest.raises(FloodError):
+        splitter.split(b"".join(FakeServer.data(s, b"x") for s in range(1, 2001, 2)) * 2)
+    assert not guard.in_flight(1)
+    assert guard.in_flight(2 * (fg.IN_FLIGHT_STREAMS + 1000) - 1)
+
+
 def test_small_frames_on_streams_let_go_are_charged_full_ones_are_not() -> None:
     splitter, _, streams = client_splitter(1, 3)
     streams.discard(1)  # let go (a client went away): the server may not know yet

@@ -7,7 +7,7 @@ import pytest
 from h2.settings import SettingCodes
 from hyperframe.frame import SettingsFrame
 
-from h2ping.http2.engine import ConnectionFault, H2Engine
+from h2ping.http2.engine import ConnectionFault, H2Engine, new_engine
 
 
 class Events:
@@ -22,7 +22,7 @@ class Events:
 
 def engine() -> tuple[H2Engine, Events]:
     events = Events()
-    h2 = H2Engine(events, {}, 65536)  # type: ignore[arg-type]
+    h2 = new_engine(events, 65536)  # type: ignore[arg-type]
     h2.start(65535, 65535)
     return h2, events
 
@@ -63,3 +63,19 @@ def test_the_fault_that_ends_the_connection_is_kept(data: bytes) -> None:
         h2.handle()
     assert h2.heard.fault == raised.value.detail
     assert h2.heard.opening == data
+
+
+def test_the_plain_engine_keeps_a_capped_table_size_as_sent() -> None:
+    """The plain engine lowers a large SETTINGS_HEADER_TABLE_SIZE before h2 reads
+    it (its encoder's table stays small); the report still says what was sent."""
+    from h2ping.http2.engine.fast import new_engine as engine_taking
+
+    events = Events()
+    h2 = engine_taking(events, 65536, fast=())  # type: ignore[arg-type]
+    assert type(h2) is H2Engine
+    h2.start(65535, 65535)
+    sent = {SettingCodes.HEADER_TABLE_SIZE: 1 << 20, SettingCodes.MAX_CONCURRENT_STREAMS: 7}
+    h2.feed(SettingsFrame(0, settings=sent).serialize())
+    h2.handle()
+    assert h2.heard.settings == sent
+    assert events.settings == 1

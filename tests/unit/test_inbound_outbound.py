@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from h2ping.http2.engine import H2Engine
+from h2ping.http2.engine import H2Engine, new_engine
 from h2ping.http2.inbound import INBOUND_BATCH, STREAM_SHARE, TURN_MAX, InboundTurns, turn_share
 from h2ping.http2.outbound import PUMP_BATCH, OutboundPump
 
@@ -185,7 +185,7 @@ class Stream:
 
 
 def pump() -> tuple[OutboundPump, FakeTransport, H2Engine]:
-    conn = H2Engine(Events(), {}, 65536)  # type: ignore[arg-type]
+    conn = new_engine(Events(), 65536)  # type: ignore[arg-type]
     conn.start(65535, 65535)
     outbound = OutboundPump(asyncio.get_running_loop(), conn)
     transport = FakeTransport(strict=False)

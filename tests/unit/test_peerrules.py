@@ -14,7 +14,7 @@ from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame, HeadersFrame, RstStreamFrame
 
 from h2ping.http2.engine import floodguard as fg
-from h2ping.http2.engine.hpackencode import ENCODER_TABLE_LIMIT
+from h2ping.http2.engine.peerrules import ENCODER_TABLE_LIMIT
 from h2ping.http2.upstream import ConnState
 
 from ..h2fake import REQUEST, FakeServer, Harness, RecordingSink, of, only_fast_paths

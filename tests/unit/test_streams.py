@@ -6,7 +6,8 @@ from h2.errors import ErrorCodes
 from hyperframe.frame import RstStreamFrame
 
 from h2ping import errors
-from h2ping.http2.engine.connection import DECODE_HEADROOM, header_list_size
+from h2ping.http2.engine.fastconnection import DECODE_HEADROOM
+from h2ping.http2.engine.peerrules import header_list_size
 from h2ping.http2.upstream import ConnState
 
 from ..h2fake import Harness, of

@@ -40,8 +40,13 @@ The numbers, and why ordinary traffic stays far below them:
   malformed) is data the server sent before it saw h2ping's RST_STREAM: up to
   the stream's window, in the server's usual frame sizes. Such frames of
   :data:`SMALL_DATA` bytes or more cost nothing (per byte, what a download
-  costs); smaller ones cost up to a unit each, so a stream of 1-byte frames is
-  charged as the flood it is.
+  costs). Smaller ones (a streamed event each) are free up to
+  :data:`IN_FLIGHT_FRAMES` per stream h2ping reset, for the
+  :data:`IN_FLIGHT_STREAMS` streams it reset last: a thousand clients that go
+  away at once from a thousand event streams leave that many streams' events in
+  flight, and charging them would end the connection and every neighbour's
+  response with it. Beyond that they cost up to a unit each, so a stream of
+  1-byte frames is charged as the flood it is.
 - Informational (1xx) heads are charged by size (:mod:`.peerrules`); how many
   one request takes (5, as in Go's transport) is its exchange's rule.
 """
@@ -70,6 +75,10 @@ BYTES_PER_UNIT = 4096
 HPACK_BYTES_PER_UNIT = 64
 #: DATA frames this large or larger on streams h2ping let go cost nothing.
 SMALL_DATA = 1024
+#: Frames free on each stream h2ping reset (what the server had in flight
+#: before it saw the RST_STREAM), and how many such streams are remembered.
+IN_FLIGHT_FRAMES = 64
+IN_FLIGHT_STREAMS = 4096
 
 # Kinds of flood, as the log line names them.
 PING = "PING frames"
@@ -119,11 +128,30 @@ class FloodGuard:
         self._clock = clock
         self._credit = BURST
         self._credit_at = clock()
+        # Streams h2ping reset -> frames still free on each (see the module).
+        self._in_flight: dict[int, int] = {}
 
     def opened(self, stream_id: int) -> None:
         """h2ping opened ``stream_id``: what its response may bring is paid for."""
         self.highest_opened = stream_id
         self._credit = min(BURST, self._credit + PER_STREAM)
+
+    def reset(self, stream_id: int) -> None:
+        """h2ping reset ``stream_id``: what the server had in flight on it is paid for."""
+        in_flight = self._in_flight
+        in_flight[stream_id] = IN_FLIGHT_FRAMES
+        if len(in_flight) > IN_FLIGHT_STREAMS:
+            del in_flight[next(iter(in_flight))]  # the oldest: long since heard
+
+    def in_flight(self, stream_id: int) -> bool:
+        """Whether one more frame on ``stream_id``, let go, is free: the stream was
+        reset by h2ping and has not used up what may have been in flight."""
+        left = self._in_flight.get(stream_id, 0)
+        if left > 1:
+            self._in_flight[stream_id] = left - 1
+        elif left:
+            del self._in_flight[stream_id]
+        return left > 0
 
     def sent_ping(self) -> None:
         """h2ping sent a PING: its ACK is paid for."""

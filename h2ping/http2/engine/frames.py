@@ -9,10 +9,11 @@ process's CPU and memory (RFC 9113 10.5); a RST_STREAM or WINDOW_UPDATE on a
 stream never opened is refused here too (RFC 9113 5.1). Only the 9-byte frame
 headers are read; payloads pass through untouched.
 
-A third job is optional. With ``plain_data``, DATA frames with no flags (no
-END_STREAM, no padding) are handed out on their own, as their payload, so the
-client connection can deliver them without h2's per-frame machinery (see
-:meth:`.connection.H2Connection.take_plain_data`), and DATA frames
+A third job serves the fast layer (:mod:`.fast`) alone, and is off unless asked
+for. With ``plain_data``, DATA frames with no flags (no END_STREAM, no padding)
+are handed out on their own, as their payload, so the engine can deliver them
+without h2's per-frame machinery (see
+:meth:`.fastconnection.FastConnection.take_plain_data`), and DATA frames
 with END_STREAM alone as whole frames (``take_last_data``). With
 ``plain_headers``, so are HEADERS frames that hold a whole header block without
 padding or priority (``take_response_headers``). Frames inside a header block
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import h2.exceptions
@@ -43,6 +44,7 @@ _DATA, HEADERS_TYPE, _PRIORITY, _RST_STREAM, _SETTINGS, _PUSH_PROMISE, _PING, _G
     0x0, 0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0x7
 )  # fmt: skip
 _WINDOW_UPDATE, _CONTINUATION = 0x8, 0x9
+SETTINGS_TYPE, CONTINUATION_TYPE = _SETTINGS, _CONTINUATION
 _ACK = _END_STREAM = 0x1
 _END_HEADERS = 0x4
 _STREAM_ID_MASK = 0x7FFFFFFF
@@ -156,8 +158,13 @@ class FrameSplitter:
                 if not length and not flags & _END_STREAM:
                     _add(costs, fg.EMPTY_DATA, 1)
                 else:
-                    if streams is not None and length < fg.SMALL_DATA and stream_id not in streams:
-                        # Sent before the server saw our RST_STREAM, or a flood.
+                    if (
+                        streams is not None
+                        and length < fg.SMALL_DATA
+                        and stream_id not in streams
+                        and not self.guard.in_flight(stream_id)
+                    ):
+                        # Past what was in flight when we reset it: a flood.
                         _add(costs, fg.CLOSED_STREAMS, 1 - length / fg.SMALL_DATA)
                     if plain_data and stream_id and (flags == _END_STREAM or not flags):
                         if pos > start:
@@ -168,8 +175,12 @@ class FrameSplitter:
                             pieces.append((stream_id, data[pos + FRAME_HEADER : frame_end]))
                         start = frame_end
             elif kind == HEADERS_TYPE:
-                if streams is not None and stream_id not in streams:
-                    # A stream let go: HPACK work for nothing.
+                if (
+                    streams is not None
+                    and stream_id not in streams
+                    and not self.guard.in_flight(stream_id)
+                ):
+                    # A stream let go, past what was in flight: HPACK work for nothing.
                     _add(costs, fg.CLOSED_STREAMS, 1 + length / fg.HPACK_BYTES_PER_UNIT)
                     self._charged_block = not flags & _END_HEADERS
                 if plain_headers and (flags | _END_STREAM) == _PLAIN_HEADERS and stream_id:
@@ -216,6 +227,15 @@ class FrameSplitter:
 
 def _add(costs: dict[str, float], kind: str, cost: float) -> None:
     costs[kind] = costs.get(kind, 0.0) + cost
+
+
+def frames_in(run: bytes) -> Iterator[bytes]:
+    """Each frame of a run of whole frames (a :data:`RUN` piece), in order."""
+    pos, end = 0, len(run)
+    while pos < end:
+        frame_end = pos + FRAME_HEADER + int.from_bytes(run[pos : pos + 3], "big")
+        yield run[pos:frame_end]
+        pos = frame_end
 
 
 def data_frame(stream_id: int, payload: bytes) -> bytes:

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from hpack import Encoder, NeverIndexedHeaderTuple
 
 from ...fields import Header
+from .peerrules import ENCODER_TABLE_LIMIT
 
 try:  # hpack's own Huffman coder; without it, strings go uncompressed
     from hpack.huffman import HuffmanEncoder
@@ -41,11 +42,6 @@ try:  # hpack's own Huffman coder; without it, strings go uncompressed
 except Exception:  # pragma: no cover - a changed hpack
     _huffman = None
 
-#: The most dynamic table hpack's encoder keeps, whatever larger size the peer's
-#: SETTINGS_HEADER_TABLE_SIZE allows: an encoder may use less than the decoder
-#: offers, and says so with a table size update (RFC 7541 4.2). 4,096 is the
-#: protocol's default, and Go's transport caps its encoder there too.
-ENCODER_TABLE_LIMIT = 4096
 
 #: RFC 7541 Appendix A, in index order from 1.
 STATIC_TABLE: tuple[tuple[bytes, bytes], ...] = tuple(

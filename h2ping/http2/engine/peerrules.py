@@ -13,12 +13,20 @@
 - SETTINGS identifiers h2 does not know are ignored, as RFC 9113 6.5.2 asks:
   h2 would keep every one a peer sends (up to 65,536, each with its history),
   so they are dropped from its record of the peer's settings.
+- The request header table: h2 sizes hpack's encoder table to whatever
+  SETTINGS_HEADER_TABLE_SIZE the peer allows (up to 4 GiB), and hpack indexes
+  every request field until it is full, so a connection's memory would grow
+  with every new field it sends. An encoder may use less than the decoder
+  offers (RFC 7541 4.2): the plain engine lowers a larger value to
+  :data:`ENCODER_TABLE_LIMIT` in the frame before h2 reads it
+  (:meth:`PeerRules.capped`), and the fast layer caps the encoder itself.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from itertools import chain
 from typing import Any
 
 import h2.connection
@@ -29,7 +37,6 @@ from h2.errors import ErrorCodes
 from ... import errors
 from ...fields import Header
 from . import floodguard as fg
-from .connection import header_list_size
 from .floodguard import FloodGuard
 
 #: The setting codes h2 knows; others are dropped once seen.
@@ -37,6 +44,21 @@ _KNOWN_SETTINGS = frozenset(int(code) for code in h2.settings.SettingCodes)
 
 #: (RFC 9209 error type, detail) for a stream's failure.
 Fault = tuple[str, str]
+#: RFC 9113 6.5.2: each field counts its name and value plus 32 bytes.
+FIELD_OVERHEAD = 32
+#: The most dynamic table the request encoder keeps, whatever larger size the
+#: peer allows: 4,096 is the protocol's default, and Go's transport caps its
+#: encoder there too.
+ENCODER_TABLE_LIMIT = 4096
+_HEADER_TABLE_SIZE = int(h2.settings.SettingCodes.HEADER_TABLE_SIZE)
+_SETTING = 6  # bytes per SETTINGS entry
+_PAYLOAD = 9  # where a frame's payload starts
+_ACK = 0x1
+
+
+def header_list_size(headers: Collection[tuple[bytes, bytes]]) -> int:
+    """The size SETTINGS_MAX_HEADER_LIST_SIZE limits (RFC 9113 6.5.2)."""
+    return sum(map(len, chain.from_iterable(headers))) + FIELD_OVERHEAD * len(headers)
 
 
 class PeerRules:
@@ -45,6 +67,24 @@ class PeerRules:
     def __init__(self, conn: h2.connection.H2Connection, guard: FloodGuard) -> None:
         self._h2 = conn
         self._guard = guard
+        self._table_size_sent: int | None = None  # as the peer sent it, where capped
+
+    def capped(self, frame: bytes) -> bytes:
+        """A SETTINGS ``frame`` with a SETTINGS_HEADER_TABLE_SIZE over
+        :data:`ENCODER_TABLE_LIMIT` lowered to it (see the module); the value
+        sent is kept for :meth:`settings_changed`. Others are returned as they are."""
+        payload = len(frame) - _PAYLOAD
+        if frame[4] & _ACK or payload % _SETTING:
+            return frame  # h2 judges a malformed one itself
+        out: bytearray | None = None
+        for pos in range(_PAYLOAD, len(frame), _SETTING):
+            value = int.from_bytes(frame[pos + 2 : pos + _SETTING], "big")
+            code = int.from_bytes(frame[pos : pos + 2], "big")
+            if code == _HEADER_TABLE_SIZE and value > ENCODER_TABLE_LIMIT:
+                out = out or bytearray(frame)
+                out[pos + 2 : pos + _SETTING] = ENCODER_TABLE_LIMIT.to_bytes(4, "big")
+                self._table_size_sent = value
+        return frame if out is None else bytes(out)
 
     def informational(self, headers: list[Header]) -> None:
         """Charge a 1xx head (raises :class:`~.floodguard.FloodError` when the
@@ -68,7 +108,10 @@ class PeerRules:
         known: dict[int, int] = {}
         remote = self._h2.remote_settings
         for code, change in changed.items():
-            if int(code) in _KNOWN_SETTINGS:
+            if int(code) == _HEADER_TABLE_SIZE and self._table_size_sent is not None:
+                known[int(code)] = self._table_size_sent  # as sent, not as capped
+                self._table_size_sent = None
+            elif int(code) in _KNOWN_SETTINGS:
                 known[int(code)] = change.new_value
             else:
                 with contextlib.suppress(KeyError):

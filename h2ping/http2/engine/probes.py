@@ -31,7 +31,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from .connection import H2_CONFIG, H2Connection
+from .fastconnection import FastConnection
 from .hpackdecode import FieldCachingDecoder
 from .manifest import (
     DATA,
@@ -43,6 +43,7 @@ from .manifest import (
     STREAM_FAULTS,
     lookup,
 )
+from .plain import H2_CONFIG
 
 _REQUEST = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"p"), (b":path", b"/")]
 _HEADER_LIST_LIMIT = 1000
@@ -54,7 +55,7 @@ class _Twin:
     taking plain DATA and acknowledgements as the upstream connection does."""
 
     def __init__(self, fast: Iterable[str], streams: Iterable[int]) -> None:
-        self.conn = H2Connection(H2_CONFIG, _HEADER_LIST_LIMIT, frozenset(fast))
+        self.conn = FastConnection(H2_CONFIG, _HEADER_LIST_LIMIT, frozenset(fast))
         self.conn.initiate_connection()
         self.taken = self.quiet = 0
         self.sent = _Sent()
@@ -157,7 +158,7 @@ class _Twin:
         self.record.append(self.conn.data_to_send())
 
 
-def _stream_state(conn: H2Connection, stream_id: int) -> Any:
+def _stream_state(conn: FastConnection, stream_id: int) -> Any:
     """Everything h2 keeps of stream ``stream_id``: its attributes, its state
     machine's and its window's, whatever they are named in this release."""
     stream = conn.streams.get(stream_id)

@@ -1,35 +1,66 @@
-"""The one door between an upstream connection and h2: bytes in, calls out, and sends.
+"""The plain engine: one upstream connection's h2, on h2's documented API alone.
 
-:class:`H2Engine` holds h2's connection state (:mod:`.connection`), the frame
-splitter in front of it (:mod:`.frames`) and the fast paths this process takes
-(:mod:`.fastpaths`). The connection feeds it what the socket read
-(:meth:`H2Engine.feed`) and lets it handle a bounded batch per loop turn
-(:meth:`H2Engine.handle`). What the peer said on a stream goes to that stream's
-own ``got_*`` method (:class:`StreamEvents`), looked up in the connection's table
-of streams, which the engine only reads; what it said to the connection goes to
-the :class:`PeerEvents` the connection gave. One call per thing said, whichever
-way the frame was taken (a fast path, or h2 and its events). What to send goes
-through the engine's methods, and :meth:`H2Engine.data_to_send` hands over the
-bytes.
+This is the engine a newcomer should read first, and the one that runs when h2
+changes in a way the fast layer (:mod:`.fast`) does not recognise. It drives
+``h2.connection.H2Connection`` through its public methods only
+(``receive_data`` and its events, ``send_headers``, ``send_data``,
+``acknowledge_received_data``, ``increment_flow_control_window``, ``ping``,
+``close_connection``, ``data_to_send``...), with hyperframe-free frame
+boundaries from :mod:`.frames` in front of it.
 
-What the peer has said that a report wants beyond those calls (the settings as
-sent, the first bytes read, the fault that ended the connection) the engine
-keeps in :class:`Heard`.
+What it adds to h2, all on that API:
 
-Nothing outside this package needs to know which frames a fast path took, how
-h2's errors are worded, or any name h2 keeps private: the modules beside this
-one are the engine's own, and everything else takes what it needs from the
-package itself (``h2ping.http2.engine``).
+- GOAWAY frames never reach h2 (:mod:`.frames` takes them out): h2 closes its
+  whole state machine on any GOAWAY, graceful ones included, and would fail the
+  streams the server promised to finish. The connection hears each one
+  (:meth:`PeerEvents.on_goaway`) and drains.
+- Each frame goes to h2 on its own, so that when h2 refuses one, the fault names
+  it (type and stream id), and what came before it was told first.
+- DATA of one stream arriving in a row (a download) is delivered in one piece:
+  one write to the client and one credit back instead of one per frame.
+- A flood of frames that ask nothing of h2ping's clients ends the connection
+  (:mod:`.floodguard`); the rules h2 leaves to its user are in :mod:`.peerrules`.
+
+Who owns what. The engine owns h2's connection and the map of who hears each
+stream (``_listeners``): its caller names a stream's listener when it sends the
+request (:meth:`H2Engine.send_request`) and tells the engine when the stream is
+over for it (:meth:`H2Engine.forget`); from then on what the peer still sends
+on it is nobody's, and its DATA's credit goes back to the connection
+(:meth:`PeerEvents.on_unclaimed_data`). The flood guard reads the same map
+(frames on streams nobody hears are charged), and nothing else does. The caller
+(the upstream connection's stream table) owns the streams themselves, their
+slots and their state; the engine never reads its table.
+
+Where plain h2 differs from the fast layer, it does what h2 does:
+
+- A stream's fault is the connection's: h2 raises RFC 9113 stream errors (DATA
+  beyond a ``content-length``, HEADERS on a stream that ended...) as connection
+  errors, so one malformed response fails every request on its connection;
+  so does a response head over the header list limit, which h2's decoder refuses.
+- The header list limit (``header_list_limit``, our
+  SETTINGS_MAX_HEADER_LIST_SIZE) reaches h2's decoder only as h2 applies a
+  local setting: once the peer acknowledges it. The preface's SETTINGS carries
+  it, and a second SETTINGS frame repeats it, which h2 applies on its ACK;
+  before that ACK h2 refuses header lists over its default (64 KiB) for the
+  whole connection.
+- h2's GOAWAY for an undecodable header block says PROTOCOL_ERROR (RFC 9113
+  says COMPRESSION_ERROR).
+- hpack's encoder indexes request fields (in a table of at most 4 KiB,
+  :mod:`.peerrules`), where the fast layer's leave its table alone; and h2's
+  connection is freed by the cyclic collector, not by reference counting (its
+  frame dispatch table refers back to it).
+- DATA on a stream h2ping reset is answered with another RST_STREAM each time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
@@ -37,28 +68,37 @@ import h2.settings
 from h2.errors import ErrorCodes
 
 from ...fields import Header
-from . import fastpaths
-from .connection import H2_CONFIG, H2Connection, StreamFault
 from .errortext import describe_h2_error
 from .floodguard import FloodError, FloodGuard, IdleStreamError
 from .frames import (
-    FRAME,
-    FRAME_HEADER,
+    CONTINUATION_TYPE,
     GOAWAY,
-    HEADERS_TYPE,
-    RUN,
+    SETTINGS_TYPE,
     FrameSizeError,
     FrameSplitter,
     Goaway,
-    data_frame,
+    frames_in,
     parse_goaway,
 )
-from .manifest import DATA, RESPONSE_HEADERS
 from .opening import not_http2
 from .peerrules import PeerRules
 
 #: h2's initial connection window, before WINDOW_UPDATE raises it (RFC 9113 6.9.2).
 DEFAULT_WINDOW = 65535
+#: How much of the first bytes read :class:`Heard` keeps.
+OPENING = 64
+
+#: How h2ping drives h2: headers.request_headers produces what h2's outbound
+#: checks would, so they are off; responses are checked per stream by
+#: headers.response_head.
+H2_CONFIG = h2.config.H2Configuration(
+    client_side=True,
+    header_encoding=None,
+    validate_outbound_headers=False,
+    normalize_outbound_headers=False,
+    validate_inbound_headers=False,
+    normalize_inbound_headers=False,
+)
 
 
 class StreamEvents(Protocol):
@@ -77,7 +117,7 @@ class PeerEvents(Protocol):
     """What the peer said to the connection itself, in frame order."""
 
     def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
-        """DATA on a stream not in the table: its credit is still the connection's."""
+        """DATA on a stream nobody hears: its credit is still the connection's."""
 
     def on_window_update(self, stream_id: int) -> None: ...
     def on_settings(self, max_concurrent_streams: int, initial_window_changed: bool) -> None: ...
@@ -110,9 +150,6 @@ class _Deaf:
 
 
 _DEAF = _Deaf()
-
-#: How much of the first bytes read :class:`Heard` keeps.
-OPENING = 64
 
 
 @dataclass(slots=True)
@@ -155,21 +192,23 @@ def our_settings(header_list_limit: int, stream_window: int) -> h2.settings.Sett
 
 
 class H2Engine:
-    """h2's client connection behind h2ping's fast paths, for one upstream connection."""
+    """h2's client connection for one upstream connection: bytes in, calls out
+    (:class:`PeerEvents`, each stream's :class:`StreamEvents`), and sends."""
+
+    #: The fast paths this engine takes (:mod:`.fast`): none.
+    fast: frozenset[str] = frozenset()
 
     def __init__(
         self,
         events: PeerEvents,
-        streams: Mapping[int, StreamEvents],
         header_list_limit: int,
-        fast: Collection[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``fast``: the fast paths to take (default: those whose probes passed);
-        ``clock`` times the flood budget (:mod:`.floodguard`)."""
-        self.fast = frozenset(fastpaths.enabled() if fast is None else fast)
+        """``events`` hears what the peer says to the connection; ``header_list_limit``
+        is our SETTINGS_MAX_HEADER_LIST_SIZE; ``clock`` times the flood budget."""
         self._events = events
-        self._streams = streams
+        self.header_list_limit = header_list_limit
+        self._listeners: dict[int, StreamEvents] = {}  # who hears each stream (the module)
         self.responses = 0  # response heads received: the peer is taking work
         self.heard = Heard()
         # DATA of one stream, held while more of it follows with nothing between
@@ -180,15 +219,18 @@ class H2Engine:
         # Set once h2ping has ended the connection (its own GOAWAY went to h2,
         # which is CLOSED now): what the peer sent after is not handed to h2.
         self._over = False
-        self._h2 = H2Connection(H2_CONFIG, header_list_limit, self.fast)
-        self._guard = FloodGuard(clock, streams)
+        self._h2_ended = False  # h2 refused the peer's bytes and sent its own GOAWAY
+        self._at: tuple[int, int] | None = None  # (type, stream id) of the frame h2 has
+        self._guard = FloodGuard(clock, self._listeners)
+        self._h2 = self._new_h2()
         self._rules = PeerRules(self._h2, self._guard)
-        self._frames = FrameSplitter(
-            clock,
-            plain_data=DATA in self.fast,
-            plain_headers=RESPONSE_HEADERS in self.fast,
-            guard=self._guard,
-        )
+        self._frames = self._new_splitter(clock)
+
+    def _new_h2(self) -> h2.connection.H2Connection:
+        return h2.connection.H2Connection(H2_CONFIG)
+
+    def _new_splitter(self, clock: Callable[[], float]) -> FrameSplitter:
+        return FrameSplitter(clock, guard=self._guard)
 
     # ------------------------------------------------------------------ inbound
 
@@ -206,44 +248,68 @@ class H2Engine:
 
     def handle(self, budget: int | None = None) -> int:
         """Handle about ``budget`` bytes of whole frames (None: all), telling the
-        :class:`PeerEvents` what they say; returns the bytes handled. Raises
-        :class:`ConnectionFault` when the peer broke the protocol; the connection
-        must then end (see :meth:`close`)."""
+        :class:`PeerEvents` and the streams what they say; returns the bytes
+        handled. Raises :class:`ConnectionFault` when the peer broke the
+        protocol; the connection must then end (see :meth:`close`).
+
+        What :meth:`FrameSplitter.take` hands out is GOAWAY payloads, and runs
+        of whole frames, each frame given to h2 on its own."""
         frames = self._frames
         backlog = frames.backlog
         try:
             for kind, piece in frames.take(budget):
-                if self._over:
-                    # The connection ended while this batch was handled (its last
-                    # stream did, and the drained connection closed): h2 is CLOSED
-                    # and would call the frames after (a PING, a SETTINGS...) a
-                    # protocol error. Nothing waits on them any more.
-                    break
-                if kind == RUN:
-                    self._receive(piece)
-                elif kind > 0:  # a plain DATA frame's payload, on stream ``kind``
-                    self._plain_data(kind, piece)
-                elif kind == FRAME:
-                    self._whole_frame(piece)
-                elif kind == GOAWAY:
-                    self._release()
-                    self._events.on_goaway(parse_goaway(piece))
-        except FloodError as exc:
-            raise self._fault(str(exc), ErrorCodes.ENHANCE_YOUR_CALM) from exc
-        except IdleStreamError as exc:
-            raise self._fault(f"{exc} (RFC 9113 5.1)") from exc
-        except FrameSizeError as exc:
-            raise self._fault(
-                f"{exc}, above SETTINGS_MAX_FRAME_SIZE", ErrorCodes.FRAME_SIZE_ERROR
-            ) from exc
-        except ConnectionFault as fault:
-            raise self._fault(fault.detail, fault.error_code) from fault
-        except Exception as exc:  # anything h2 raises on the peer's bytes
-            code = getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR)  # as h2's GOAWAY has it
-            raise self._fault(describe_h2_error(exc, frame=self._h2.fault_frame), code) from exc
+                if kind == GOAWAY:
+                    if self._over:
+                        break
+                    self._goaway(piece)
+                    continue
+                for frame in frames_in(piece):
+                    if self._over:
+                        # The connection ended while this batch was handled (its
+                        # last stream did, and the drained connection closed): h2
+                        # is CLOSED and would call the frames after (a PING, a
+                        # SETTINGS...) a protocol error. Nothing waits on them.
+                        return backlog - frames.backlog
+                    self._receive(frame)
+        except Exception as exc:
+            raise self._connection_fault(exc) from exc
         finally:
             self._release()  # what came before a fault was good
         return backlog - frames.backlog
+
+    def _receive(self, frame: bytes) -> None:
+        """One whole frame, for h2."""
+        kind = frame[3]
+        if kind != CONTINUATION_TYPE:  # h2 refuses a header block as its HEADERS
+            self._at = (kind, int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF)
+        if kind == SETTINGS_TYPE:
+            frame = self._rules.capped(frame)
+        self._tell(self._h2.receive_data(frame))
+
+    def _connection_fault(self, exc: Exception) -> ConnectionFault:
+        """What ``exc``, raised while handling the peer's frames, means for the connection."""
+        if isinstance(exc, FloodError):
+            return self._fault(str(exc), ErrorCodes.ENHANCE_YOUR_CALM)
+        if isinstance(exc, IdleStreamError):
+            return self._fault(f"{exc} (RFC 9113 5.1)")
+        if isinstance(exc, FrameSizeError):
+            detail = f"{exc}, above SETTINGS_MAX_FRAME_SIZE"
+            return self._fault(detail, ErrorCodes.FRAME_SIZE_ERROR)
+        if isinstance(exc, ConnectionFault):
+            return self._fault(exc.detail, exc.error_code)
+        # Anything h2 raises on the peer's bytes: for a ProtocolError h2 has sent
+        # its own GOAWAY, with its error code.
+        self._h2_ended = isinstance(exc, h2.exceptions.ProtocolError)
+        code = getattr(exc, "error_code", ErrorCodes.PROTOCOL_ERROR)
+        return self._fault(describe_h2_error(exc, frame=self._refused()), code)
+
+    def _refused(self) -> tuple[int, int] | None:
+        """(type, stream id) of the frame h2 refused, if known."""
+        return self._at
+
+    def _goaway(self, payload: bytes) -> None:
+        self._release()
+        self._events.on_goaway(parse_goaway(payload))
 
     def _fault(self, detail: str, error_code: int = ErrorCodes.PROTOCOL_ERROR) -> ConnectionFault:
         heard = self.heard
@@ -251,16 +317,6 @@ class H2Engine:
             detail = not_http2(heard.opening) or detail
         heard.fault = detail
         return ConnectionFault(detail, error_code)
-
-    def _receive(self, data: bytes) -> None:
-        self._tell(self._h2.receive_data(data))
-
-    def _plain_data(self, stream_id: int, payload: bytes) -> None:
-        size = len(payload)
-        if self._h2.take_plain_data(stream_id, size):
-            self._deliver(stream_id, payload, size)
-        else:
-            self._receive(data_frame(stream_id, payload))
 
     def _deliver(self, stream_id: int, data: bytes, flow_controlled_length: int) -> None:
         """Hold DATA for its stream. Frames of one stream often come in a row (a
@@ -281,7 +337,7 @@ class H2Engine:
         self._held_stream, self._held, self._held_length = 0, [], 0
         data = held[0] if len(held) == 1 else b"".join(held)
         try:
-            stream = self._streams.get(stream_id)
+            stream = self._listeners.get(stream_id)
             if stream is not None:
                 stream.got_data(data, length)
             else:
@@ -289,55 +345,14 @@ class H2Engine:
         except Exception:  # a bug serving one stream must not end the others
             self._events.on_internal_error(stream_id)
 
-    def _whole_frame(self, frame: bytes) -> None:
-        """A response's plain HEADERS, or a last DATA frame: taken without h2's
-        frame parsing where h2 would do nothing else, else given to h2."""
-        stream_id = int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF
-        payload = frame[FRAME_HEADER:]
-        if frame[3] == HEADERS_TYPE:
-            self._release()
-            end = bool(frame[4] & 0x1)
-            taken = self._h2.take_response_headers(stream_id, payload, end)
-            if taken is None:
-                self._receive(frame)
-            elif taken[0] is None:
-                self._tell(taken[1])
-            else:
-                self._final_response(stream_id, taken[0], end)
-            return
-        size = len(payload)
-        if not self._h2.take_last_data(stream_id, size):
-            self._receive(frame)
-            return
-        self._deliver(stream_id, payload, size)
-        self._release()
-        try:
-            if (stream := self._streams.get(stream_id)) is not None:
-                stream.got_end()
-        except Exception:
-            self._events.on_internal_error(stream_id)
-
-    def _final_response(self, stream_id: int, headers: list[Header], end: bool) -> None:
-        """What h2's ResponseReceived (and StreamEnded, with ``end``) would tell."""
-        try:
-            self._got_response(stream_id, headers, end)
-        except Exception:  # a bug serving one stream must not end the others
-            self._events.on_internal_error(stream_id)
-        if not end:
-            return
-        try:
-            self._got_end(stream_id)
-        except Exception:
-            self._events.on_internal_error(stream_id)
-
     def _got_response(self, stream_id: int, headers: list[Header], ended: bool) -> None:
         self.responses += 1
-        if (stream := self._streams.get(stream_id)) is not None:
+        if (stream := self._listeners.get(stream_id)) is not None:
             stream.got_response(headers, ended)
 
     def _got_end(self, stream_id: int) -> None:
         # Looked up after the response head: telling it may have ended the stream.
-        if (stream := self._streams.get(stream_id)) is not None:
+        if (stream := self._listeners.get(stream_id)) is not None:
             stream.got_end()
 
     def _tell(self, said: list[h2.events.Event]) -> None:
@@ -364,18 +379,18 @@ class H2Engine:
             self._got_response(event.stream_id, event.headers, event.stream_ended is not None)
         elif isinstance(event, h2.events.StreamEnded):
             self._got_end(event.stream_id)
-        elif isinstance(event, h2.events.StreamReset | StreamFault):
-            if (stream := self._streams.get(event.stream_id)) is None:
+        elif isinstance(event, h2.events.StreamReset):
+            if not event.remote_reset:
+                self._guard.reset(event.stream_id)  # reset by h2ping: frames may follow
+            if (stream := self._listeners.get(event.stream_id)) is None:
                 return  # forgotten by the connection: h2 has reset it, or will
-            if isinstance(event, StreamFault):
-                stream.got_fault(event.error, event.detail)
-            elif event.remote_reset:
+            if event.remote_reset:
                 stream.got_reset(event.error_code)
             else:  # h2 reset it, for what the peer did on it
                 stream.got_fault(*self._rules.local_reset(event.error_code))
         elif isinstance(event, h2.events.InformationalResponseReceived):
             self._rules.informational(event.headers)  # charged by its size
-            if (stream := self._streams.get(event.stream_id)) is not None:
+            if (stream := self._listeners.get(event.stream_id)) is not None:
                 stream.got_informational(event.headers)
         elif isinstance(event, h2.events.RemoteSettingsChanged):
             sent = self._rules.settings_changed(event.changed_settings)
@@ -386,8 +401,12 @@ class H2Engine:
             )
         elif isinstance(event, h2.events.PingAckReceived):
             events.on_ping_ack(event.ping_data)
-        # The rest need nothing of h2ping: h2 answers PINGs and acknowledges
-        # SETTINGS itself; response trailers are not forwarded.
+        else:
+            self._tell_other(event)
+
+    def _tell_other(self, event: h2.events.Event) -> None:
+        """The rest need nothing of h2ping: h2 answers PINGs and acknowledges
+        SETTINGS itself; response trailers are not forwarded."""
 
     # ------------------------------------------------------------------ outbound
 
@@ -395,18 +414,35 @@ class H2Engine:
         """The connection preface, with all our settings in its one SETTINGS frame
         (never h2's defaults first: a server must not see a smaller header list
         limit than we enforce), and the connection window raised at once."""
-        self._h2.local_settings = our_settings(self._h2.header_list_limit, stream_window)
+        self._h2.local_settings = our_settings(self.header_list_limit, stream_window)
         self._h2.initiate_connection()
         if connection_window > DEFAULT_WINDOW:
             self._h2.increment_flow_control_window(connection_window - DEFAULT_WINDOW)
+        self._limit_decoding()
+
+    def _limit_decoding(self) -> None:
+        """Have h2's decoder hold our header list limit: h2 applies a local
+        setting once the peer acknowledges a SETTINGS frame changing it, and the
+        preface's initial values change nothing. The same value again does."""
+        limit = h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE
+        self._h2.update_settings({limit: self.header_list_limit})
 
     def next_stream_id(self) -> int:
         return self._h2.get_next_available_stream_id()
 
-    def send_request(self, stream_id: int, headers: list[Header], end_stream: bool) -> None:
-        """Open ``stream_id`` with a request's HEADERS."""
-        self._h2.send_request(stream_id, headers, end_stream)
+    def send_request(
+        self, stream_id: int, headers: list[Header], end_stream: bool, listener: StreamEvents
+    ) -> None:
+        """Open ``stream_id`` with a request's HEADERS; ``listener`` hears what the
+        peer says on it until :meth:`forget`."""
+        self._h2.send_headers(stream_id, headers, end_stream=end_stream)
+        self._listeners[stream_id] = listener
         self._guard.opened(stream_id)
+
+    def forget(self, stream_id: int) -> None:
+        """The stream is over for its listener: what the peer still sends on it
+        is nobody's."""
+        self._listeners.pop(stream_id, None)
 
     def send_window(self, stream_id: int) -> int:
         """How much request body the peer's windows take on ``stream_id`` now."""
@@ -425,7 +461,7 @@ class H2Engine:
 
     def send_data(self, stream_id: int, data: bytes | memoryview, end_stream: bool) -> None:
         """Raises h2's ``StreamClosedError`` when the stream is gone."""
-        self._h2.send_body(stream_id, data, end_stream)
+        self._h2.send_data(stream_id, data, end_stream=end_stream)
         self._guard.sent_data()
 
     def end_stream(self, stream_id: int) -> None:
@@ -435,12 +471,11 @@ class H2Engine:
         """RST_STREAM, unless h2 already considers the stream closed."""
         with contextlib.suppress(h2.exceptions.ProtocolError):
             self._h2.reset_stream(stream_id, error_code)
+        self._guard.reset(stream_id)
 
     def give_credit(self, stream_id: int, nbytes: int) -> bool:
         """Return ``nbytes`` of received DATA to the peer's windows; True when a
-        WINDOW_UPDATE is now due (h2 batches them)."""
-        if self._h2.ack_quietly(stream_id, nbytes):
-            return False  # no WINDOW_UPDATE due yet: nothing to send
+        WINDOW_UPDATE may be due (h2 batches them)."""
         try:
             self._h2.acknowledge_received_data(nbytes, stream_id)
         except h2.exceptions.ProtocolError:
@@ -461,8 +496,10 @@ class H2Engine:
         """GOAWAY with ``error_code``, unless h2 has sent one of its own (it does
         for the errors it detects: one is enough). Nothing the peer sends after
         is handed to h2."""
+        if self._over:
+            return
         self._over = True
-        if self._h2.state_machine.state is h2.connection.ConnectionState.CLOSED:
+        if self._h2_ended:
             return
         with contextlib.suppress(h2.exceptions.ProtocolError):
             self._h2.close_connection(error_code=error_code)
@@ -470,11 +507,25 @@ class H2Engine:
     def let_go(self) -> None:
         """The connection ended: tell its :class:`PeerEvents` and its streams
         nothing more, and let go of them (they lead back to the connection, a
-        cycle only the cyclic collector would undo), as of h2's own cycle."""
+        cycle only the cyclic collector would undo)."""
         self._events = _DEAF
-        self._streams = {}
-        self._h2.let_go()
+        self._listeners.clear()
 
     def data_to_send(self) -> bytes:
         """Everything queued for the peer since the last call."""
         return self._h2.data_to_send()
+
+
+def new_engine(events: PeerEvents, header_list_limit: int) -> H2Engine:
+    """An engine for a new upstream connection: the plain one."""
+    return H2Engine(events, header_list_limit)
+
+
+def fast_paths_taken() -> frozenset[str]:
+    """The fast paths this process takes: none, on plain h2."""
+    return frozenset()
+
+
+def fast_path_states() -> dict[str, int]:
+    """Each fast path, 1 when taken (for /metrics): there are none."""
+    return {}

@@ -1,6 +1,12 @@
-"""h2's client connection, with one stream's fault failing that stream only.
+"""The fast layer's h2 connection: h2's own, with one stream's fault failing that
+stream only, and fast paths for the frames every request and response has.
 
-h2 raises a ``ProtocolError`` for faults that RFC 9113 makes stream errors, and
+The plain engine (:mod:`.plain`) drives ``h2.connection.H2Connection`` on its
+documented API; the fast engine (:mod:`.fast`) drives this subclass, which
+reaches into h2's private parts for two things.
+
+One stream's fault fails that stream only (the ``stream_faults`` path). h2
+raises a ``ProtocolError`` for faults that RFC 9113 makes stream errors, and
 any ``ProtocolError`` ends its whole connection, failing every neighbour of the
 faulty stream. Here those faults reset their stream alone and become a
 :class:`StreamFault` event:
@@ -19,17 +25,17 @@ Faults of the connection itself stay connection errors: HPACK decoding errors, a
 header list over the ceiling (an HPACK bomb), flow-control violations, frames
 on streams never opened, and everything h2 raises outside one stream.
 
-It also has fast paths for the frames every request and response has: each
-does the bookkeeping h2 would (stream states, flow-control windows, the
-content-length count) without h2's per-frame parsing, dispatch and event
-objects, only where h2 would do nothing else, and declines everything else,
-which the caller then hands to h2.
+And the frames every request and response has skip h2's per-frame parsing,
+dispatch and event objects: each fast path does the bookkeeping h2 would
+(stream states, flow-control windows, the content-length count) only where h2
+would do nothing else, and declines everything else, which the caller then
+hands to h2.
 
 All of this reaches into h2's private parts, grouped into the fast paths that
 :mod:`.manifest` lists name by name, each on only where its probe passed in
 this process (:mod:`.fastpaths`):
 
-- ``receive``: :meth:`H2Connection._handle_frame`, h2's ``_receive_frame``
+- ``receive``: :meth:`FastConnection._handle_frame`, h2's ``_receive_frame``
   without its trace formatting; off, h2's own ``_receive_frame`` runs.
 - ``data``: ``take_plain_data``, ``take_last_data`` and ``ack_quietly``; off,
   each declines and h2 takes every frame.
@@ -38,25 +44,29 @@ this process (:mod:`.fastpaths`):
   its state machine; off, those faults end the connection as plain h2 has it,
   and h2's decoder enforces the header list limit.
 - ``hpack``: :class:`.hpackdecode.FieldCachingDecoder` as h2's decoder.
-- ``request_headers``: :meth:`H2Connection.send_request` frames a request's
+- ``request_headers``: :meth:`FastConnection.send_request` frames a request's
   HEADERS itself, its block from :mod:`.hpackencode`, making the state changes
   h2's ``send_headers`` would, and forgetting closed streams
   (``open_outbound_streams``) only now and then instead of on every request;
   off, h2's ``send_headers`` and hpack's encoder do it all.
-- ``response_headers``: :meth:`H2Connection.take_response_headers` takes a
+- ``response_headers``: :meth:`FastConnection.take_response_headers` takes a
   response's first header block, in one unpadded HEADERS frame, without
   hyperframe's frame objects and h2's frame dispatch, doing the rest as h2's
   ``_receive_headers_frame`` and ``receive_data`` do; with ``stream_faults`` its
   streams are :class:`_UncheckedStream`; off, h2 takes every HEADERS frame.
 
+Whatever paths are on, it also caps hpack's encoder table (:mod:`.hpackencode`),
+says which frame h2 refused for the whole connection (``fault_frame``), names
+an undecodable header block a COMPRESSION_ERROR, and undoes h2's own reference
+cycle at the connection's end (``let_go``).
+
 tests/integration/test_stream_faults.py covers each fault; the engine's differential tests
-hold the fast paths to what h2 itself does, event for event and byte for byte.
+hold the fast paths to what the plain engine does, event for event and byte for byte.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from itertools import chain
 from typing import TYPE_CHECKING, Any, cast
 
 import h2.config
@@ -84,14 +94,14 @@ from .manifest import (
     STREAM_FAULTS,
     lookup,
 )
+from .peerrules import header_list_size
+from .plain import H2_CONFIG
 
 #: A header list up to this much above our limit is still decoded (so only its
 #: stream fails); beyond it decoding costs too much, and the connection ends.
 #: Only HPACK's indexed fields can get there: h2 takes a header block in at most
 #: 64 frames of 16 KiB, and literal fields decode to about their encoded size.
 DECODE_HEADROOM = 4 * 1024 * 1024
-#: RFC 9113 6.5.2: each field counts its name and value plus 32 bytes.
-FIELD_OVERHEAD = 32
 
 # h2's undocumented enums, looked up so that a release without one still
 # imports: the manifest's check then turns the paths using it off.
@@ -130,19 +140,6 @@ _DATA_FRAME, _HEADERS_FRAME, _END_STREAM, _END_HEADERS = b"\x00", b"\x01", 0x1, 
 _FORGET_FLOOR = 32
 
 
-#: How h2ping drives h2: headers.request_headers produces what h2's outbound
-#: checks would, so they are off; responses are checked per stream by
-#: headers.response_head.
-H2_CONFIG = h2.config.H2Configuration(
-    client_side=True,
-    header_encoding=None,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-    validate_inbound_headers=False,
-    normalize_inbound_headers=False,
-)
-
-
 def _copies_inbound_frame_size() -> bool:
     """Whether h2 gives a new stream the connection's max_inbound_frame_size
     (h2 before 4.2 does; later releases keep it on the connection alone)."""
@@ -156,11 +153,6 @@ def _copies_inbound_frame_size() -> bool:
 
 #: What _begin_new_stream does here, request_headers does too.
 _COPIES_INBOUND_FRAME_SIZE = _copies_inbound_frame_size()
-
-
-def header_list_size(headers: Collection[tuple[bytes, bytes]]) -> int:
-    """The size SETTINGS_MAX_HEADER_LIST_SIZE limits (RFC 9113 6.5.2)."""
-    return sum(map(len, chain.from_iterable(headers))) + FIELD_OVERHEAD * len(headers)
 
 
 def _response_ended(machine: Any) -> None:
@@ -233,7 +225,7 @@ class _Stream(_H2Stream):
             if self.state_machine.stream_closed_by is _CLOSED_BY_RESET:
                 # Reset by h2ping: the block was decoded (HPACK is in sync) and is
                 # discarded unanswered (RFC 9113 5.1), as DATA is (see
-                # H2Connection._handle_data_on_closed_stream).
+                # FastConnection._handle_data_on_closed_stream).
                 return [], []
             # h2 refuses a header block on a stream it has forgotten with
             # StreamClosedError, and an informational one on a closed stream it
@@ -300,9 +292,9 @@ def _unchecked(config: h2.config.H2Configuration) -> bool:
     )
 
 
-class H2Connection(h2.connection.H2Connection):
+class FastConnection(h2.connection.H2Connection):
     """A client connection enforcing ``header_list_limit`` per stream, taking the
-    fast paths named in ``fast`` (the probes of :mod:`h2ping.http2.engine.fastpaths` choose)."""
+    fast paths named in ``fast`` (the probes of :mod:`.fastpaths` choose)."""
 
     def __init__(
         self,
@@ -336,7 +328,7 @@ class H2Connection(h2.connection.H2Connection):
         self.fault_frame: tuple[int, int] | None = None
         # h2 would lower this to the advertised limit when a SETTINGS frame
         # changing it is acknowledged; ours goes out once, as an initial value
-        # (our_settings in facade.py), so this ceiling stays.
+        # (our_settings in plain.py), so this ceiling stays.
         # Without stream faults, h2 enforces the limit while decoding.
         self.decoder.max_header_list_size = header_list_limit + (
             DECODE_HEADROOM if self._stream_faults else 0
