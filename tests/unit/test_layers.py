@@ -228,13 +228,13 @@ def test_nothing_outside_http2_imports_a_module_of_the_engine() -> None:
     ],
 )
 def test_the_engine_guard_sees_an_import_past_the_door(source: str) -> None:
-    assert engine_modules_imported("h2ping.check.connection", source)
+    assert engine_modules_imported("h2ping.check.prober", source)
     assert not engine_modules_imported("h2ping.http2.upstream", source)
 
 
 def test_the_engine_guard_lets_the_door_through() -> None:
     source = "from ..http2.engine import FrameSplitter, Goaway\nfrom ..http2 import engine\n"
-    assert not engine_modules_imported("h2ping.check.connection", source)
+    assert not engine_modules_imported("h2ping.check.prober", source)
 
 
 # ------------------------------------------------------------------ the seam

@@ -3,7 +3,7 @@
 :func:`~h2ping.http2.dial.dial`), asked one thing at a time: a PING's round trip,
 a GET's response head (on a stream slot, as the proxy sends a request).
 
-The connection is not changed for the check: :class:`ProbeConnection` is its
+The connection is not changed for the check: :class:`Prober` is its
 observer (:class:`~h2ping.http2.observer.ConnectionObserver`), told of the peer's
 SETTINGS as sent, PING ACKs, a GOAWAY, the socket's loss and the end. What else
 the server said (the first bytes of a peer that speaks no HTTP/2, the fault that
@@ -95,7 +95,7 @@ def _no_news(conn: UpstreamConnection) -> None:
     """What a pool hears of its connections: the check hears it as the connection's observer."""
 
 
-class ProbeConnection:
+class Prober:
     """One connection that answers the check's questions, one at a time."""
 
     def __init__(self, config: Config, address: str) -> None:
@@ -293,7 +293,7 @@ class _ResponseHead:
     """The GET's :class:`~h2ping.http2.streams.StreamSink`: it waits for the response
     head alone, and lets the body flow."""
 
-    def __init__(self, probe: ProbeConnection) -> None:
+    def __init__(self, probe: Prober) -> None:
         self._probe = probe
         self.stream: UpstreamStream | None = None
         self.received: asyncio.Future[tuple[list[Header], float]] = (
