@@ -4,6 +4,7 @@ replay's pauses (``call_later``) alike."""
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 from collections.abc import Callable
@@ -19,7 +20,8 @@ class FakeTimer:
 
 
 class FakeLoop:
-    """What timers ask of a loop (``time``, ``call_at``, ``call_later``), on a clock
+    """What timers ask of a loop (``time``, ``call_at``, ``call_later``; and a
+    connection's life its ``create_future``), on a clock
     the test moves: ``advance`` by some seconds, or ``run_due`` the next timer."""
 
     def __init__(self) -> None:
@@ -35,6 +37,10 @@ class FakeLoop:
         timer = FakeTimer()
         heapq.heappush(self._timers, (when, next(self._seq), timer, lambda: callback(*args)))
         return timer
+
+    def create_future(self) -> asyncio.Future[Any]:
+        """A future of the real loop the test runs on: only the clock is fake."""
+        return asyncio.get_running_loop().create_future()
 
     def call_later(self, delay: float, callback: Callable[..., None], *args: Any) -> FakeTimer:
         self.delays.append(delay)

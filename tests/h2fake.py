@@ -28,6 +28,7 @@ from h2ping.config import Config, parse_upstream
 from h2ping.errors import UpstreamError
 from h2ping.fields import Header
 from h2ping.http2.engine import fastpaths
+from h2ping.http2.observer import reported
 from h2ping.http2.streams import StreamSlot, UpstreamStream
 from h2ping.http2.upstream import ConnState, UpstreamConnection
 from h2ping.stats import Stats
@@ -168,7 +169,9 @@ class Harness:
     def __init__(self, max_streams: int = 10, window: int = 65535, **settings: object) -> None:
         self.changes = 0
         self.stats = Stats()
-        self.conn = UpstreamConnection(config(**settings), 1, self._changed, self.stats)
+        self.conn = UpstreamConnection(
+            config(**settings), 1, self._changed, self.stats, observer=reported(self.stats, 1)
+        )
         self.transport = FakeTransport()
         self.server = FakeServer()
         self.conn.connection_made(self.transport)

@@ -1,5 +1,5 @@
 """What ``h2ping check`` measures: one HTTP/2 connection to the upstream
-(:mod:`h2ping.check.connection`), opened as h2ping opens its own (TCP, TLS with
+(:mod:`h2ping.check.prober`), opened as h2ping opens its own (TCP, TLS with
 ALPN or h2c, the server's first SETTINGS, all within ``-connect-timeout``), then
 timed PINGs and, optionally, one GET; and what each step tells about the endpoint.
 """
@@ -20,7 +20,7 @@ from ..errors import UpstreamError
 from ..forward.headers import request_headers
 from ..http2.dial import DialSteps, reach
 from ..http2.tlslayer import TLSLayer
-from .connection import GoAway, ProbeConnection, ProbeFailed, printable
+from .prober import GoAway, ProbeFailed, Prober, printable
 
 #: The SETTINGS reported: the name used in JSON, and what a server that does not
 #: send one has (RFC 9113 6.5.2).
@@ -104,43 +104,43 @@ async def probe(
     first step that fails, with the reason in ``problem``."""
     upstream = config.upstream
     findings = Findings(f"{upstream.host}:{upstream.port}", upstream.tls)
-    conn = ProbeConnection(config, findings.address)
+    prober = Prober(config, findings.address)
     try:
-        tls = await _connect(conn, config, ssl_context, findings)
-        await _ping(conn, check.pings, config.ping_timeout, findings)
+        tls = await _connect(prober, config, ssl_context, findings)
+        await _ping(prober, check.pings, config.ping_timeout, findings)
         if check.path is not None:
-            await _request(conn, config, check, findings)
-        _note_goaway_after(conn, findings)
+            await _request(prober, config, check, findings)
+        _note_goaway_after(prober, findings)
         if tls is not None and ssl_context is not None and findings.tls is not None:
             # After the PINGs: a TLS 1.3 ticket comes after the handshake.
             findings.tls.resumes = await _resumes(config, ssl_context, tls.session)
     except ProbeFailed as exc:
         findings.problem = str(exc)
     finally:
-        findings.goaway = conn.goaway
-        await _close(conn)
+        findings.goaway = prober.goaway
+        await _close(prober)
     return findings
 
 
 async def _connect(
-    conn: ProbeConnection, config: Config, ssl_context: ssl.SSLContext | None, findings: Findings
+    prober: Prober, config: Config, ssl_context: ssl.SSLContext | None, findings: Findings
 ) -> ssl.SSLObject | None:
     """TCP, TLS, the server's SETTINGS, within -connect-timeout, as h2ping dials.
     Returns the TLS connection's state (None for h2c)."""
     upstream = config.upstream
     try:
-        await conn.connect(ssl_context)
+        await prober.connect(ssl_context)
     except ProbeFailed as exc:
-        _note_steps(conn.steps, ssl_context, findings)
-        hung_up = not upstream.tls and conn.heard_nothing and conn.lost_by_peer
+        _note_steps(prober.steps, ssl_context, findings)
+        hung_up = not upstream.tls and prober.heard_nothing and prober.lost_by_peer
         if hung_up and await _speaks_tls(config):
             raise ProbeFailed(f"{exc}: it speaks TLS, use an https:// upstream") from None
         raise
-    _note_steps(conn.steps, ssl_context, findings)
-    findings.settings = conn.settings
+    _note_steps(prober.steps, ssl_context, findings)
+    findings.settings = prober.settings
     findings.http2 = True
     _judge_settings(findings)
-    return conn.steps.ssl_object
+    return prober.steps.ssl_object
 
 
 def _note_steps(steps: DialSteps, ssl_context: ssl.SSLContext | None, findings: Findings) -> None:
@@ -248,18 +248,18 @@ def _judge_settings(findings: Findings) -> None:
             findings.notes.append(f"the certificate expires in {days:.0f} days")
 
 
-async def _ping(conn: ProbeConnection, count: int, timeout: float, findings: Findings) -> None:
+async def _ping(prober: Prober, count: int, timeout: float, findings: Findings) -> None:
     for _ in range(count):
         findings.pings_sent += 1
         try:
-            findings.ping_rtts.append(await conn.ping(timeout))
+            findings.ping_rtts.append(await prober.ping(timeout))
         except ProbeFailed:
             # PINGs back to back are what such a policy punishes; h2ping's, a minute
             # apart and backing off on this GOAWAY, are another matter.
-            if not findings.ping_rtts or conn.goaway is None or not conn.goaway.punishes_pings:
+            if not findings.ping_rtts or prober.goaway is None or not prober.goaway.punishes_pings:
                 raise
             findings.notes.append(
-                f"the upstream sent {conn.goaway} after {len(findings.ping_rtts)} PINGs in a "
+                f"the upstream sent {prober.goaway} after {len(findings.ping_rtts)} PINGs in a "
                 "row: it limits PINGs; h2ping doubles its PING interval on this GOAWAY "
                 "(up to 300s)"
             )
@@ -272,11 +272,11 @@ async def _ping(conn: ProbeConnection, count: int, timeout: float, findings: Fin
 
 
 async def _request(
-    conn: ProbeConnection, config: Config, check: CheckSettings, findings: Findings
+    prober: Prober, config: Config, check: CheckSettings, findings: Findings
 ) -> None:
     """GET the path the way the proxy would forward a client's GET for it."""
     assert check.path is not None
-    if conn.goaway is not None and conn.goaway.punishes_pings:
+    if prober.goaway is not None and prober.goaway.punishes_pings:
         findings.notes.append("the GET was not sent: the upstream had ended the connection")
         return
     client_headers = [(b"user-agent", f"h2ping-check/{__version__}".encode()), (b"accept", b"*/*")]
@@ -285,7 +285,7 @@ async def _request(
     if config.upstream.query:  # it leads the query sent; its values may be keys
         path = path.replace(f"?{config.upstream.query}", f"?{config.upstream.query_names}", 1)
     try:
-        head, first_byte = await conn.get(headers, check.request_timeout)
+        head, first_byte = await prober.get(headers, check.request_timeout)
     except ProbeFailed as exc:
         raise ProbeFailed(f"GET {path}: {exc}") from None
     fields = dict(head)
@@ -309,20 +309,20 @@ def _status_note(response: Response) -> str:
     return f"{said}: the endpoint speaks HTTP/2, but this request failed"
 
 
-def _note_goaway_after(conn: ProbeConnection, findings: Findings) -> None:
-    if conn.goaway is not None and not conn.goaway.punishes_pings:  # noted already
+def _note_goaway_after(prober: Prober, findings: Findings) -> None:
+    if prober.goaway is not None and not prober.goaway.punishes_pings:  # noted already
         findings.notes.append(
-            f"the upstream ended the connection with {conn.goaway} during the check: "
+            f"the upstream ended the connection with {prober.goaway} during the check: "
             "h2ping finishes what runs on such a connection and opens a new one"
         )
 
 
-async def _close(conn: ProbeConnection) -> None:
+async def _close(prober: Prober) -> None:
     """Close, and give the loop the turn in which the socket is really closed."""
-    conn.finish()
-    if conn.connected:
+    prober.finish()
+    if prober.connected:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(1.0):
-                await asyncio.shield(conn.lost)
+                await asyncio.shield(prober.lost)
     else:  # TLS never got going: the socket closes in the loop's next turn
         await asyncio.sleep(0)

@@ -211,7 +211,7 @@ class Exchange:
             slot.release()
             self._end("rejected", error=refused)
             return
-        self.conn_id = slot.conn.id
+        self.conn_id = slot.conn_id
         end_now = self._body_ended and not any(self._body.chunks)
         try:
             stream = slot.open(self._fields, self, end_stream=end_now)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .. import errors
 from ..errors import UpstreamError
-from ..http2.upstream import PROVISIONAL_HEADER_LIST
+from ..http2.streams import PROVISIONAL_HEADER_LIST
 
 #: The status of a head over the upstream's limit (RFC 6585 section 5).
 HEAD_TOO_LARGE = 431

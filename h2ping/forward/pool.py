@@ -21,8 +21,9 @@ from ..config import Config
 from ..errors import PROXY_INTERNAL_ERROR, UpstreamError
 from ..http2.dial import connect
 from ..http2.pingbackoff import PingBackoff
+from ..http2.streams import StreamSlot
 from ..http2.tlslayer import SessionCache
-from ..http2.upstream import ConnState, StreamSlot, UpstreamConnection
+from ..http2.upstream import ConnState, UpstreamConnection
 from ..http2.windows import WindowBudget
 from ..logs import plural
 from ..stats import Stats

@@ -87,6 +87,10 @@ class RequestRejected(Exception):
 #: Where a response began in its connection's output; only the output reads it.
 OutputMark = tuple[int, int]
 
+#: A body chunk smaller than this is framed into one buffer with its chunk size
+#: line and CRLF (a streamed event); a larger one goes as three, uncopied.
+JOIN_CHUNK_BELOW = 2048
+
 
 class ResponseOutput(Protocol):
     """Where a response's bytes queue until the connection writes them: the owner
@@ -338,9 +342,13 @@ class ResponseWriter:
     def write(self, data: bytes) -> None:
         if self._no_body or not data or self.finished:
             return
-        self.body_bytes += len(data)
+        size = len(data)
+        self.body_bytes += size
         if self._chunked:
-            self._output.send(b"%x\r\n" % len(data), data, b"\r\n")
+            if size < JOIN_CHUNK_BELOW:  # one buffer costs the transport less than three
+                self._output.send(b"%x\r\n%b\r\n" % (size, data))
+            else:  # a copy would cost more
+                self._output.send(b"%x\r\n" % size, data, b"\r\n")
         else:
             self._output.send(data)
 

@@ -27,6 +27,10 @@ def _discard(parts: list[bytes]) -> None:
     pass
 
 
+def _discard_one(data: bytes) -> None:
+    pass
+
+
 class OutputFlusher:
     """Writes the output queued on client connections, each in one write, from a
     single callback per loop iteration: many streams' events in one iteration cost
@@ -72,6 +76,7 @@ class ClientOutput:
         "_out",
         "_scheduled",
         "_transport",
+        "_write",
         "_write_batch",
     )
 
@@ -80,6 +85,7 @@ class ClientOutput:
         self._flusher = flusher
         self._on_failure = on_failure
         self._transport: asyncio.Transport | None = None
+        self._write: Callable[[bytes], None] = _discard_one  # set with the transport
         self._write_batch: Callable[[list[bytes]], None] = _discard  # set with the transport
         self._out: list[bytes] = []
         self._scheduled = False  # with the flusher
@@ -88,6 +94,7 @@ class ClientOutput:
 
     def attach(self, transport: asyncio.Transport) -> None:
         self._transport = transport
+        self._write = transport.write
         self._write_batch = batch_writer(transport)
 
     def send(self, *parts: bytes) -> None:
@@ -106,7 +113,10 @@ class ClientOutput:
         if self._out and transport is not None and not transport.is_closing():
             out, self._out = self._out, []
             self._flushes += 1
-            self._write_batch(out)
+            if len(out) == 1:  # a streamed event, mostly: no list for the transport to walk
+                self._write(out[0])
+            else:
+                self._write_batch(out)
 
     def mark(self) -> OutputMark:
         """Where what is queued next begins."""
@@ -139,5 +149,6 @@ class ClientOutput:
         of the connection's callback (a cycle only the cyclic collector would undo)."""
         self.discard()
         self._transport = None
+        self._write = _discard_one
         self._write_batch = _discard
         self._on_failure = _nothing

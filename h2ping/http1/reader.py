@@ -78,6 +78,17 @@ class ReadState(enum.Enum):
 
 _S = ReadState
 
+#: Its members as module names: loading an enum's member runs its metaclass's
+#: __getattr__ hook (about 110 ns on Python 3.11, a module name 15), and
+#: these are tested several times per request or per frame.
+_BETWEEN = ReadState.BETWEEN
+_HEAD = ReadState.HEAD
+_BODY = ReadState.BODY
+_UPGRADING = ReadState.UPGRADING
+_UPGRADED_BODY = ReadState.UPGRADED_BODY
+_REJECTED = ReadState.REJECTED
+_CLOSED = ReadState.CLOSED
+
 #: Every move between read states, in one view: ``RequestReader.enter`` makes
 #: these and refuses the rest. Refused are the moves the parser asks for after
 #: reading has ended (a response closed the connection while the parser went on
@@ -147,7 +158,7 @@ class RequestReader:
         # response or idle needs none, and a new one costs a third of a microsecond.
         self._parser: httptools.HttpRequestParser | None = None
         self._parser_done = False  # the parser's last request ended, and kept the connection
-        self.state = ReadState.BETWEEN
+        self.state = _BETWEEN
         # Parse state of the request being read.
         self._url = b""
         self._headers: list[Header] = []
@@ -170,9 +181,9 @@ class RequestReader:
     def feed(self, data: bytes | memoryview) -> None:
         """Parse bytes read from the client; none once reading has ended."""
         state = self.state
-        if state is ReadState.CLOSED or state is ReadState.REJECTED:
+        if state is _CLOSED or state is _REJECTED:
             return
-        if state is ReadState.BETWEEN or state is ReadState.HEAD:
+        if state is _BETWEEN or state is _HEAD:
             self._head_bytes += len(data)
         parser = self._parser
         if parser is None:
@@ -200,9 +211,9 @@ class RequestReader:
             else:
                 self._events.refuse(400, f"malformed HTTP/1.1 request: {exc}")
             return
-        if self.state is ReadState.HEAD and self._head_bytes > MAX_HEAD_BYTES:
+        if self.state is _HEAD and self._head_bytes > MAX_HEAD_BYTES:
             self._events.refuse(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
-        elif self._parser_done and self.state is ReadState.BETWEEN:
+        elif self._parser_done and self.state is _BETWEEN:
             # At a keep-alive request's end a parser is as a new one is. (After
             # one that asked to close it is not: it refuses what follows.)
             self._parser = None
@@ -219,16 +230,16 @@ class RequestReader:
     def close(self) -> None:
         """The connection is gone: read nothing more, and let go of the parser and
         of the connection, which both refer back here."""
-        self.enter(ReadState.CLOSED)
+        self.enter(_CLOSED)
         self._parser = None
         self._events = _GONE
 
     # ----------------------------------------------------------------- parser callbacks
 
     def on_message_begin(self) -> None:
-        if self.state is ReadState.UPGRADED_BODY:
+        if self.state is _UPGRADED_BODY:
             return
-        self.enter(ReadState.HEAD)
+        self.enter(_HEAD)
         self._url = b""
         self._headers = []
         self._head_size = 0
@@ -236,7 +247,7 @@ class RequestReader:
         self._events.head_begun()
 
     def on_url(self, url: bytes) -> None:
-        if self.state is ReadState.UPGRADED_BODY:
+        if self.state is _UPGRADED_BODY:
             return
         self._url += url
         self._head_size += len(url)
@@ -246,7 +257,7 @@ class RequestReader:
             )
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.state is ReadState.HEAD:
+        if self.state is _HEAD:
             # Lowercased once here: HTTP/2 wants it, and every later rule compares it.
             self._headers.append((name.lower(), value))
         elif self._synthetic:
@@ -271,7 +282,7 @@ class RequestReader:
         return rejection
 
     def on_headers_complete(self) -> None:
-        if self.state is ReadState.UPGRADED_BODY:
+        if self.state is _UPGRADED_BODY:
             self._synthetic = False  # what follows is the body, and its trailers
             return
         parser = self._parser
@@ -294,7 +305,7 @@ class RequestReader:
         )
         # BODY before the handler starts: a response that ends at once (and
         # closes the connection) moves on from here.
-        self.enter(ReadState.BODY)
+        self.enter(_BODY)
         self._reading = (self._events.request_read(request), request)
 
     def on_body(self, body: bytes) -> None:
@@ -305,11 +316,11 @@ class RequestReader:
         if self._reading is None:
             return
         handler, request = self._reading
-        if request.upgrade and request.has_body and self.state is not ReadState.UPGRADED_BODY:
+        if request.upgrade and request.has_body and self.state is not _UPGRADED_BODY:
             # llhttp stops here and calls the rest "upgraded"; the body is ours.
-            self.enter(ReadState.UPGRADING)
+            self.enter(_UPGRADING)
             return
-        self.enter(ReadState.BETWEEN)
+        self.enter(_BETWEEN)
         self._reading = None
         request.body_read()
         self._parser_done = request.wants_keep_alive
@@ -324,14 +335,14 @@ class RequestReader:
         told the body's framing: a synthetic head says it, and its callbacks are
         ignored (UPGRADED_BODY) so that the body reaches the request being read."""
         self._parser = httptools.HttpRequestParser(self)
-        if self.state is ReadState.UPGRADING and self._reading is not None:
+        if self.state is _UPGRADING and self._reading is not None:
             request = self._reading[1]
             framing = (
                 b"Transfer-Encoding: chunked"
                 if request.chunked
                 else b"Content-Length: %d" % (request.content_length or 0)
             )
-            self.enter(ReadState.UPGRADED_BODY)
+            self.enter(_UPGRADED_BODY)
             self._synthetic = True
             self._parser.feed_data(b"POST / HTTP/1.1\r\n" + framing + b"\r\n\r\n")
         if rest:

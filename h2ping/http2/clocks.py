@@ -4,7 +4,8 @@ Its PINGs and the deadline of their ACKs (:mod:`h2ping.http2.liveness`): a dead
 peer cuts the connection, failing its streams. Its age limit and its idle closing
 (:mod:`h2ping.http2.lifetime`): the pool retires it at its age, and an idle one
 closes with a GOAWAY. The clocks run from the peer's first SETTINGS until the
-connection ends; the age and idle clocks stop already once it takes no new streams.
+connection ends (the lifetime starts its own as it opens); the age and idle
+clocks stop already once it takes no new streams.
 The deadline of its blocked writes (:mod:`h2ping.http2.writeblock`): a peer that
 reads nothing of what the connection writes for ``-write-timeout`` is
 cut, failing its streams.
@@ -24,20 +25,14 @@ from ..logs import plural
 from ..stats import Stats
 from .lifetime import Lifetime
 from .liveness import Liveness
-from .writeblock import BlockedTable, WriteBlock
+from .streams import StreamTable
+from .writeblock import WriteBlock
 
 log = logging.getLogger("h2ping.upstream")
 
 _DEAD = (
     "conn=%d dead: nothing received for %.1fs, %.1fs after a PING (ping-timeout %gs); failing %s"
 )
-
-
-class ClockedTable(BlockedTable, Protocol):
-    """What the clocks ask of the connection's stream table."""
-
-    @property
-    def busy(self) -> bool: ...
 
 
 class ClockedConnection(Protocol):
@@ -47,7 +42,7 @@ class ClockedConnection(Protocol):
     @property
     def id(self) -> int: ...
     @property
-    def table(self) -> ClockedTable: ...
+    def table(self) -> StreamTable: ...
     def ping(self, payload: bytes) -> None: ...
     def close(self, reason: str) -> None: ...
     def cut(self, reason: str, error: UpstreamError) -> None: ...
@@ -81,12 +76,12 @@ class ConnectionClocks(Generic[Conn]):
             self._idle,
             self._busy,
         )
-        self.writes = WriteBlock(loop, conn, config.write_timeout)
+        self.writes = WriteBlock(loop, conn.id, conn.cut, config.write_timeout)
 
     def start(self) -> None:
-        """The connection is open: every clock runs."""
+        """The connection is open: its PINGs run (its lifetime started the age
+        and idle clocks as it opened)."""
         self.liveness.start()
-        self.lifetime.start()
 
     def stop(self) -> None:
         """The connection ended."""

@@ -21,6 +21,7 @@ from ..egress import ProxyURL
 from ..errors import UpstreamError
 from ..sockets import caused_by_shortage, nofile_limits, set_tcp_keepalive
 from ..stats import Stats
+from .observer import reported
 from .pingbackoff import PingBackoff
 from .tlslayer import NoApplicationProtocol, SessionCache, TLSLayer
 from .tunnel import Hop, PlainTunnel, TunnelClosed, describe_proxy_error, open_tunnel, target_of
@@ -146,10 +147,17 @@ async def connect(
     with ``tls_sessions``, resume the latest TLS session and remember this one;
     its streams' windows grow out of ``window_budget``.
     ``on_preface`` hears of the connection as soon as our preface is out, when it
-    takes its first stream (:data:`~.upstream.PROVISIONAL_STREAMS`) a round trip
+    takes its first stream (:data:`~.streams.PROVISIONAL_STREAMS`) a round trip
     before the SETTINGS come."""
     protocol = UpstreamConnection(
-        config, conn_id, on_change, stats, on_age, ping_backoff, window_budget
+        config,
+        conn_id,
+        on_change,
+        stats,
+        on_age,
+        ping_backoff,
+        window_budget,
+        observer=reported(stats, conn_id),  # its life counted and logged
     )
     try:
         await dial(protocol, config, ssl_context, stats, tls_sessions, on_preface)
@@ -308,9 +316,7 @@ async def _open(
                 ) from None
             steps.tls = time.perf_counter()
             steps.ssl_object = layer.ssl_object
-            protocol.observer.tls_done(layer.ssl_object)
-            if layer.ssl_object.session_reused:
-                stats.tls_resumed()
+            protocol.observer.tls_done(layer.ssl_object)  # a resumed session is counted there
             if tls_sessions is not None:
                 tls_sessions.remember(layer.ssl_object)
         else:

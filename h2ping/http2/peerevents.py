@@ -4,13 +4,20 @@ The engine (:class:`~.engine.H2Engine`) calls a :class:`PeerEventHandler`, in fr
 order, for what concerns no single stream: the peer's SETTINGS, its GOAWAY, PING
 ACKs (the liveness check's, or the receive window's, which then grows every open
 stream's window: :mod:`h2ping.http2.windows`), WINDOW_UPDATEs, DATA on a stream
-already let go, and a bug of ours while serving a stream. What these mean for the
-connection's life (open, draining) is the connection's to decide: the handler
-tells it through :class:`PeerEventsHost`.
+already let go, and a bug of ours while serving a stream.
+
+Everything goes one way, from the engine's call to the part it concerns: the
+stream table (the peer's stream limit, the streams a GOAWAY left unprocessed,
+the windows' raises), the connection's writing (a window opened), its PINGs'
+clock, and, for what moves the connection's state (the first SETTINGS opens it,
+a GOAWAY drains it), the connection's two entries for that
+(:class:`PeerEventsHost`). Nothing here ends the connection: a GOAWAY drains it,
+and it closes when its table says the last stream is gone.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Protocol
 
@@ -24,41 +31,34 @@ from .liveness import Liveness
 from .observer import ConnectionObserver
 from .outbound import OutboundPump
 from .pingbackoff import PingBackoff, punishes_pings
-from .streams import UpstreamStream
+from .streams import StreamTable
 from .windows import ReceiveWindow
 
 log = logging.getLogger("h2ping.upstream")
 
 
-class PeerStreams(Protocol):
-    """What the handler asks of the connection's stream table."""
-
-    def stream(self, stream_id: int) -> UpstreamStream | None: ...
-    def above(self, last_stream_id: int) -> list[UpstreamStream]: ...
-    def count(self) -> int: ...
-    def reset(self, stream: UpstreamStream, error_code: int) -> None: ...
-    def peer_allows(self, max_concurrent_streams: int) -> None: ...
-    def widen(self, increment: int) -> None: ...
-
-
 class PeerEventsHost(Protocol):
-    """What the handler asks of its connection: named here, so that this module
-    needs none of the connection's."""
+    """What the handler asks of its connection: its parts (made after the handler,
+    which the engine is made with), and the two moves of its state that the peer
+    makes. Named here, so that this module needs none of the connection's."""
 
     @property
     def id(self) -> int: ...
     @property
     def ping_interval(self) -> float: ...
     @property
-    def table(self) -> PeerStreams: ...
+    def table(self) -> StreamTable: ...
     @property
     def outbound(self) -> OutboundPump: ...
     @property
     def window(self) -> ReceiveWindow: ...
     @property
     def observer(self) -> ConnectionObserver: ...
-    def retire(self, reason: str) -> None: ...
-    def settings_received(self) -> None: ...
+    def settings_received(self) -> None:
+        """The peer's SETTINGS: the first opens the connection."""
+
+    def retire(self, reason: str) -> None:
+        """It takes no new streams; it closes once the last one ends."""
 
 
 class PeerEventHandler:
@@ -133,23 +133,13 @@ class PeerEventHandler:
         """The connection drains: h2 never hears of a GOAWAY (it would fail the
         streams the server has promised to finish)."""
         conn = self._conn
-        conn.observer.goaway_received(goaway)  # first: it may word the failures that follow
+        # First: it may word the failures that follow (and it counts and logs it).
+        conn.observer.goaway_received(goaway, conn.table.count())
         last = goaway.last_stream_id
         before = self.goaway_last_stream_id
         if before is not None:
             last = min(last, before)
         self.goaway_last_stream_id = last
-        self._stats.goaway_received()
-        # Logged when it says something new: a repeated GOAWAY (the engine's
-        # flood budget ends a connection that sends many) is no news.
-        if before is None or last < before or goaway.code_name != (self.goaway_error or "NO_ERROR"):
-            described = goaway.describe(last)
-            log.info(
-                "conn=%d GOAWAY received: %s open_streams=%d",
-                conn.id,
-                described,
-                conn.table.count(),
-            )
         if goaway.error_code != ErrorCodes.NO_ERROR:
             self.goaway_error = goaway.code_name
         backoff = self._ping_backoff
@@ -158,17 +148,16 @@ class PeerEventHandler:
             backoff.punished(conn.id, conn.ping_interval)
         # Draining first, so that no slot freed below is handed out again.
         conn.retire(f"GOAWAY {goaway.code_name}")
-        # Streams above last_stream_id were never processed: safe to replay. With
-        # an error code, the first of them may be what the server choked on (a
-        # head it would not take, say): it is a suspect, given one more try only.
-        unprocessed = conn.table.above(last)
-        for stream in unprocessed:
-            conn.table.reset(stream, ErrorCodes.CANCEL)
-            suspect = stream is unprocessed[0] and goaway.error_code != ErrorCodes.NO_ERROR
-            why = f"GOAWAY last_stream_id={last} before the stream was processed"
-            if suspect:
-                why = f"GOAWAY {goaway.code_name} right after the stream was sent, unprocessed"
-            error = UpstreamError(
-                errors.CONNECTION_TERMINATED, why, retryable=True, suspect=suspect
-            )
-            stream.got_error(error)
+        conn.table.refuse_above(last, functools.partial(_unprocessed, goaway, last))
+
+
+def _unprocessed(goaway: Goaway, last: int, first: bool) -> UpstreamError:
+    """Why a stream above a GOAWAY's ``last`` stream id fails: it was never
+    processed, so it is safe to replay. With an error code, the ``first`` of them
+    may be what the server choked on (a head it would not take, say): it is a
+    suspect, given one more try only."""
+    suspect = first and goaway.error_code != ErrorCodes.NO_ERROR
+    why = f"GOAWAY last_stream_id={last} before the stream was processed"
+    if suspect:
+        why = f"GOAWAY {goaway.code_name} right after the stream was sent, unprocessed"
+    return UpstreamError(errors.CONNECTION_TERMINATED, why, retryable=True, suspect=suspect)

@@ -1,16 +1,22 @@
-"""One request/response on an upstream connection, and the slot it is opened on.
+"""One request/response on an upstream connection, the slot it is opened on, and
+the connection's table of both.
 
 A stream owns its request body's queue, its flow-control credit (response bytes
 delivered but not yet given back), both send marks and its one state. It frames
 its own body as far as the peer's windows allow; the connection decides when
-(:mod:`h2ping.http2.outbound`), and its stream table
-(:class:`~h2ping.http2.upstream.StreamTable`) alone adds and removes streams.
+(:mod:`h2ping.http2.outbound`). Its :class:`StreamTable` alone adds and removes
+streams, and hands out the slots they are opened on: the streams, their slots and
+the table talk to one another here, and to the connection not at all. The table
+reads the connection's state from its :class:`~h2ping.http2.lifetime.Lifetime`
+and reports two things up, each to one listener: a slot came free (the pool's
+news) and a draining connection has nothing left (the connection then closes).
 """
 
 from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import h2.exceptions
@@ -19,9 +25,26 @@ from h2.errors import ErrorCodes
 from .. import errors
 from ..errors import UpstreamError
 from ..fields import Header
+from .lifetime import ConnState, Lifetime
 
 if TYPE_CHECKING:
     from .engine import H2Engine
+    from .observer import ConnectionObserver
+    from .windows import ReceiveWindow
+
+#: Streams a connection takes before the peer's SETTINGS say how many: the first
+#: request goes right behind the preface (RFC 9113 section 3.4), any other waits
+#: the round trip for the peer's limit, which no server sets below one.
+PROVISIONAL_STREAMS = 1
+#: The largest request header list (RFC 9113 section 6.5.2 sizes: name, value and
+#: 32 per field) sent before the peer's SETTINGS say its limit: as much as the
+#: smallest limit servers commonly advertise (16 KiB). A larger head waits the
+#: round trip for the peer's own figure.
+PROVISIONAL_HEADER_LIST = 16 * 1024
+#: Stop opening streams on a connection close to the 31-bit stream id limit.
+LAST_USABLE_STREAM_ID = 2**31 - 1 - 2
+#: The most streams a connection carries at once, whatever the peer allows.
+MOST_STREAMS = 2**31
 
 #: Request-body back-pressure, both marks in one place: the exchange pauses reading
 #: the client while more than SEND_HIGH_WATER waits to be sent upstream
@@ -53,29 +76,13 @@ class StreamSink(Protocol):
 
 
 class BodyPump(Protocol):
-    """What a stream asks of its connection's writing (:mod:`h2ping.http2.outbound`)."""
+    """What the streams ask of their connection's writing
+    (:class:`~h2ping.http2.outbound.OutboundPump`, which imports this module)."""
 
     def pump(self, stream: UpstreamStream) -> None: ...
     def schedule_flush(self) -> None: ...
-
-
-class StreamHost(Protocol):
-    """What a stream and its slot ask of their connection's stream table: named
-    here, so that this module needs none of the connection's."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def outbound(self) -> BodyPump: ...
-    @property
-    def header_list_limit(self) -> int | None: ...
-    def reset(self, stream: UpstreamStream, error_code: int) -> None: ...
-    def reset_by_peer(self, stream: UpstreamStream, error_code: int) -> None: ...
     def forget(self, stream: UpstreamStream) -> None: ...
-    def open_stream(
-        self, headers: list[Header], sink: StreamSink, end_stream: bool
-    ) -> UpstreamStream: ...
-    def unreserve(self, freed: bool) -> None: ...
+    def give_credit(self, stream_id: int, nbytes: int) -> None: ...
 
 
 class StreamState(enum.Enum):
@@ -85,31 +92,36 @@ class StreamState(enum.Enum):
     CLOSED = "closed"  # over, in whatever way; the slot is free
 
 
+# A module name for the test made on every DATA frame (ack): an enum member's load
+# runs the enum metaclass's __getattr__ hook (110 ns on 3.11, 15 here).
+_CLOSED = StreamState.CLOSED
+
+
 class UpstreamStream:
     """One request/response on a connection, as seen from the HTTP/2 side."""
 
     __slots__ = (
         "_engine",
         "_outq",
-        "conn",
         "extra",
         "pending_bytes",
         "sink",
         "state",
         "stream_id",
+        "table",
         "unacked",
     )
 
     def __init__(
         self,
-        conn: StreamHost,
+        table: StreamTable,
         engine: H2Engine,
         stream_id: int,
         sink: StreamSink,
         ended: bool = False,
     ) -> None:
         """``ended``: the HEADERS that opened it ended the request (no body)."""
-        self.conn = conn
+        self.table = table
         self._engine = engine
         self.stream_id = stream_id
         self.sink = sink
@@ -141,22 +153,22 @@ class UpstreamStream:
             self._outq = deque()
         self._outq.append(memoryview(data))
         self.pending_bytes += len(data)
-        self.conn.outbound.pump(self)
+        self.table.outbound.pump(self)
 
     def end(self) -> None:
         """The request body is complete (END_STREAM after the queued bytes)."""
         if self.state is not StreamState.SENDING:
             return
         self.state = StreamState.ENDING
-        self.conn.outbound.pump(self)
+        self.table.outbound.pump(self)
 
     def ack(self, nbytes: int) -> None:
         """Give ``nbytes`` of response data back to the peer as window credit."""
-        if nbytes <= 0 or self.state is StreamState.CLOSED:
+        if nbytes <= 0 or self.state is _CLOSED:
             return
         self.unacked -= nbytes
         if self._engine.give_credit(self.stream_id, nbytes):
-            self.conn.outbound.schedule_flush()  # a WINDOW_UPDATE is due
+            self.table.outbound.schedule_flush()  # a WINDOW_UPDATE is due
 
     def widen(self, increment: int) -> None:
         """Grow the receive window by ``increment`` (taken from the window budget,
@@ -171,7 +183,7 @@ class UpstreamStream:
     def cancel(self, error_code: int = ErrorCodes.CANCEL) -> None:
         """Abandon the stream (the client went away): RST_STREAM upstream."""
         if self.state is not StreamState.CLOSED:
-            self.conn.reset(self, error_code)
+            self.table.reset(self, error_code)
 
     def reject_response(self) -> None:
         """The response head broke HTTP's rules: RST_STREAM with PROTOCOL_ERROR
@@ -181,8 +193,8 @@ class UpstreamStream:
     # -------------------------------------------------------- the connection's
     #
     # What the peer sent on this stream, or what became of its connection, told by
-    # the connection; the stream says what it means to its sink (the only caller
-    # of the sink), and asks the connection to end it where it ends.
+    # the engine or the table; the stream says what it means to its sink (the only
+    # caller of the sink), and asks its table to end it where it ends.
 
     def got_informational(self, headers: list[Header]) -> None:
         """An interim (1xx) response head, ahead of the final one."""
@@ -201,14 +213,14 @@ class UpstreamStream:
         if self.state is not StreamState.SENT:
             # A complete response before the whole request body (RFC 9113 8.1):
             # stop sending the rest; the response stands.
-            self.conn.reset(self, ErrorCodes.NO_ERROR)
+            self.table.reset(self, ErrorCodes.NO_ERROR)
         else:
-            self.conn.forget(self)
+            self.table.forget(self)
         sink.on_end()
 
     def got_reset(self, code: int) -> None:
         """The peer reset the stream: refused unprocessed (safe to replay), or not."""
-        self.conn.reset_by_peer(self, code)
+        self.table.reset_by_peer(self, code)
         if code == ErrorCodes.REFUSED_STREAM:
             error = UpstreamError(
                 errors.CONNECTION_TERMINATED,
@@ -225,7 +237,7 @@ class UpstreamStream:
 
     def got_fault(self, error: str, detail: str) -> None:
         """The response was malformed; h2 has reset the stream. Neighbours go on."""
-        self.conn.forget(self)
+        self.table.forget(self)
         self.sink.on_error(UpstreamError(error, detail))
 
     def got_error(self, error: UpstreamError) -> None:
@@ -294,7 +306,7 @@ class UpstreamStream:
         return credit
 
     def __repr__(self) -> str:
-        return f"<stream {self.conn.id}/{self.stream_id} {self.state.value}>"
+        return f"<stream {self.table.id}/{self.stream_id} {self.state.value}>"
 
 
 class SlotLost(UpstreamError):
@@ -305,16 +317,17 @@ class SlotLost(UpstreamError):
 class StreamSlot:
     """One stream slot reserved on a connection: opened or released, exactly once."""
 
-    __slots__ = ("_spent", "conn")
+    __slots__ = ("_spent", "conn_id", "table")
 
-    def __init__(self, conn: StreamHost) -> None:
-        self.conn = conn
+    def __init__(self, table: StreamTable) -> None:
+        self.table = table
+        self.conn_id = table.id  # the number of its connection, for the request's log
         self._spent = False
 
     @property
     def header_list_limit(self) -> int | None:
         """The largest request header list its connection's peer takes (None: no limit)."""
-        return self.conn.header_list_limit
+        return self.table.header_list_limit
 
     def open(self, headers: list[Header], sink: StreamSink, *, end_stream: bool) -> UpstreamStream:
         """Send HEADERS on this slot. Raises :class:`SlotLost` if the connection
@@ -324,16 +337,253 @@ class StreamSlot:
         self._spent = True
         stream = None
         try:
-            stream = self.conn.open_stream(headers, sink, end_stream)
+            stream = self.table.open_stream(headers, sink, end_stream)
         finally:
-            self.conn.unreserve(freed=stream is None)
+            self.table.unreserve(freed=stream is None)
         return stream
 
     def release(self) -> None:
         """Give the slot back unused (the request went away meanwhile)."""
         if not self._spent:
             self._spent = True
-            self.conn.unreserve(freed=True)
+            self.table.unreserve(freed=True)
 
     def __repr__(self) -> str:
-        return f"<slot on conn {self.conn.id}{' spent' if self._spent else ''}>"
+        return f"<slot on conn {self.table.id}{' spent' if self._spent else ''}>"
+
+
+def _unheard() -> None:
+    pass
+
+
+class StreamTable:
+    """A connection's stream slots and its streams by id: what its streams and
+    their slots talk to, what the pool asks for slots (``conn.table``), and the
+    only writer of the stream table and of the counts that the pool's choosing
+    rests on. Other modules find a stream through :meth:`stream`, :meth:`above`
+    and :meth:`count`, never through ``streams``.
+
+    How many streams may be taken follows the connection's state (its ``life``),
+    which the table reads and never moves but for one case (the last stream id
+    used drains it): the peer's limit under our own cap once open, one right
+    behind the preface before (:data:`PROVISIONAL_STREAMS`), none once it stopped
+    taking streams. A slot that comes free is news for the pool (``on_change``)
+    while the connection is open; once a draining connection has no stream or
+    promised slot left, the table says so (``on_drained``), once."""
+
+    def __init__(
+        self,
+        conn_id: int,
+        life: Lifetime,
+        engine: H2Engine,
+        outbound: BodyPump,
+        window: ReceiveWindow,
+        observer: ConnectionObserver,
+        on_change: Callable[[], None],
+        on_drained: Callable[[], None],
+        cap: int,
+    ) -> None:
+        """``window``: the connection's receive window, whose raises each new
+        stream takes as far as its budget allows; ``cap``: -max-streams-per-conn
+        (0: none). The engine is told each stream as its request goes, and when it
+        is forgotten."""
+        self.id = conn_id
+        self.outbound = outbound
+        self.streams: dict[int, UpstreamStream] = {}
+        self.reserved = 0  # slots promised by the pool but not yet opened
+        self.max_streams = 0  # 0 until the peer's first SETTINGS arrives
+        self.cap = cap or MOST_STREAMS
+        self.writes_blocked = False  # no stream while the peer reads none of our writes
+        self._life = life
+        self._engine = engine
+        self._window = window
+        self._observer = observer
+        self._on_change = on_change
+        self._on_drained = on_drained
+        self._preface_out = False
+
+    @property
+    def free_slots(self) -> int:
+        state = self._life.state
+        if self.writes_blocked:
+            return 0
+        if state is ConnState.OPEN:
+            limit = min(self.max_streams, self.cap)
+        elif state is ConnState.CONNECTING and self._preface_out:
+            limit = PROVISIONAL_STREAMS
+        else:
+            return 0
+        return limit - len(self.streams) - self.reserved
+
+    @property
+    def busy(self) -> bool:
+        """Carrying a stream, or promised one."""
+        return bool(self.streams or self.reserved)
+
+    @property
+    def header_list_limit(self) -> int | None:
+        """The largest request header list the peer takes now (None: no limit):
+        its SETTINGS_MAX_HEADER_LIST_SIZE, or PROVISIONAL_HEADER_LIST before its
+        first SETTINGS. A head over it makes servers end the whole connection."""
+        if self._life.state is ConnState.CONNECTING:
+            return PROVISIONAL_HEADER_LIST
+        return self._engine.peer_header_list_limit
+
+    def count(self) -> int:
+        return len(self.streams)
+
+    def stream(self, stream_id: int) -> UpstreamStream | None:
+        """The open stream of that id, if there is one."""
+        return self.streams.get(stream_id)
+
+    def above(self, last_stream_id: int) -> list[UpstreamStream]:
+        """The open streams above ``last_stream_id`` (a GOAWAY's), lowest id first."""
+        return [s for sid, s in sorted(self.streams.items()) if sid > last_stream_id]
+
+    def preface_sent(self) -> None:
+        """One stream may now go right behind the preface, before the peer's SETTINGS."""
+        self._preface_out = True
+
+    def peer_allows(self, max_concurrent_streams: int) -> None:
+        """The peer's SETTINGS_MAX_CONCURRENT_STREAMS, as it stands now."""
+        self.max_streams = min(max_concurrent_streams, MOST_STREAMS)
+
+    # try_reserve() hands a slot out, and StreamSlot.open() or .release() gives it
+    # back exactly once (unreserve()).
+
+    def try_reserve(self) -> StreamSlot | None:
+        """One stream slot for the caller, if the connection takes streams and has room."""
+        if self.free_slots <= 0:
+            return None
+        self.reserved += 1
+        return StreamSlot(self)
+
+    def open_stream(
+        self, headers: list[Header], sink: StreamSink, end_stream: bool
+    ) -> UpstreamStream:
+        """HEADERS for a new stream (by its :class:`StreamSlot` only)."""
+        life = self._life
+        state = life.state
+        if state is not ConnState.OPEN and state is not ConnState.CONNECTING:
+            if (failure := life.setup_failure) is not None:
+                # Its only slot went to the request first in line, which now fails
+                # as the dial did (asking again would dial again, and again).
+                raise UpstreamError(failure.error, failure.detail)
+            raise SlotLost(
+                errors.CONNECTION_TERMINATED,
+                f"connection {self.id} stopped taking streams ({life.reason})",
+                retryable=True,
+            )
+        if state is ConnState.OPEN and len(self.streams) >= self.max_streams:
+            # Reserved before the peer's SETTINGS, or before they lowered its limit:
+            # h2 would refuse to send it. Nothing was sent, so the request asks again.
+            raise SlotLost(
+                errors.CONNECTION_TERMINATED,
+                f"connection {self.id} allows {self.max_streams} streams now",
+                retryable=True,
+            )
+        engine = self._engine
+        stream_id = engine.next_stream_id()
+        stream = UpstreamStream(self, engine, stream_id, sink, ended=end_stream)
+        engine.send_request(stream_id, headers, end_stream, stream)
+        window = self._window
+        if (wanted := window.extra) and (extra := window.budget.take(wanted)):
+            stream.widen(extra)  # the window's raises so far, as the budget allows
+        self.streams[stream_id] = stream
+        self.outbound.schedule_flush()
+        if stream_id >= LAST_USABLE_STREAM_ID and life.drain("stream ids exhausted"):
+            self._on_change()  # it takes no new streams; this one goes on
+        return stream
+
+    def writes_paused(self) -> None:
+        """The peer reads none of what the connection writes: no slot for now."""
+        self.writes_blocked = True
+
+    def writes_resumed(self) -> None:
+        """The peer reads what the connection writes again: its slots are news."""
+        self.writes_blocked = False
+        if self._life.state is ConnState.OPEN:
+            self._on_change()
+
+    def unreserve(self, freed: bool) -> None:
+        """A reservation ended: used for a stream, or (``freed``) given back or
+        failed to open."""
+        self.reserved -= 1
+        state = self._life.state
+        if state is ConnState.DRAINING:
+            if not self.busy:
+                self._on_drained()
+        elif freed and state is ConnState.OPEN:
+            self._on_change()
+
+    def reset(self, stream: UpstreamStream, error_code: int) -> None:
+        """End ``stream`` with RST_STREAM ``error_code``; its slot is free."""
+        self._engine.reset_stream(stream.stream_id, error_code)
+        self._observer.stream_reset(stream.stream_id, error_code, by_peer=False)
+        self.forget(stream)
+        self.outbound.schedule_flush()
+
+    def reset_by_peer(self, stream: UpstreamStream, error_code: int) -> None:
+        """The peer ended ``stream`` with RST_STREAM ``error_code``; its slot is free."""
+        self._observer.stream_reset(stream.stream_id, error_code, by_peer=True)
+        self.forget(stream)
+
+    def refuse_above(self, last_stream_id: int, error: Callable[[bool], UpstreamError]) -> None:
+        """A GOAWAY: the streams above ``last_stream_id`` were never processed.
+        Each is reset (CANCEL) and fails with ``error(first)``, ``first`` for the
+        lowest of them; the streams at or below it go on."""
+        unprocessed = self.above(last_stream_id)
+        for stream in unprocessed:
+            self.reset(stream, ErrorCodes.CANCEL)
+            stream.got_error(error(stream is unprocessed[0]))
+
+    def fail_all(self, error: UpstreamError) -> None:
+        """The connection ended: every stream is forgotten, then fails with ``error``
+        (none is told before all are gone: their sinks may replay at once)."""
+        streams = list(self.streams.values())
+        for stream in streams:
+            self.forget(stream)
+        for stream in streams:
+            stream.got_error(error)
+
+    def forget(self, stream: UpstreamStream) -> None:
+        """The stream is over: free its slot and the window credit it still holds."""
+        if stream.closed:
+            return
+        credit = stream.close()
+        if stream.extra:
+            self._window.budget.give(stream.extra)
+        self.streams.pop(stream.stream_id, None)
+        self._engine.forget(stream.stream_id)
+        self.outbound.forget(stream)
+        state = self._life.state
+        if state is ConnState.CLOSED:
+            return  # nothing to give back or to tell: the end is failing every stream
+        if credit:
+            self.outbound.give_credit(stream.stream_id, credit)
+        if not self.streams:
+            self._life.went_idle()
+        if state is ConnState.OPEN:
+            self._on_change()  # a slot is free
+        elif state is ConnState.DRAINING and not self.busy:
+            self._on_drained()
+
+    def widen(self, increment: int) -> None:
+        """Each stream's window grew by ``increment``: tell the peer for every open
+        stream, as far as the window budget allows (a new one hears of it right
+        after its HEADERS, in open_stream)."""
+        if self._life.state is ConnState.CLOSED:
+            return
+        budget = self._window.budget
+        for stream in self.streams.values():
+            if extra := budget.take(increment):
+                stream.widen(extra)
+        self.outbound.schedule_flush()
+
+    def let_go(self) -> None:
+        """The connection ended, every stream with it: let go of its listeners,
+        which lead back to it (a cycle only the cyclic collector would undo)."""
+        self._on_change = self._on_drained = _unheard
+
+    def __repr__(self) -> str:
+        return f"<streams of conn {self.id}: {len(self.streams)} open, {self.reserved} promised>"

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from .. import errors
 from ..errors import UpstreamError
 from ..logs import plural
+from .streams import StreamTable
 
 log = logging.getLogger("h2ping.upstream")
 
@@ -50,36 +52,19 @@ class Writing(Protocol):
     def resume_writing(self) -> None: ...
 
 
-class BlockedTable(Protocol):
-    """The connection's stream table, which takes no new stream while writes wait."""
-
-    def writes_paused(self) -> None: ...
-    def writes_resumed(self) -> None: ...
-    def count(self) -> int: ...
-
-
-class BlockedConnection(Protocol):
-    """What a :class:`WriteBlock` asks of its connection: named here, so that this
-    module needs none of the connection's."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def table(self) -> BlockedTable: ...
-    def cut(self, reason: str, error: UpstreamError) -> None: ...
-
-
 class WriteBlock:
     """Whether one connection's writes are blocked, and its deadline; it tells the
     connection's stream table, which hands out no slot meanwhile."""
 
     __slots__ = (
-        "_conn",
+        "_cut",
         "_handle",
+        "_id",
         "_loop",
         "_outbound",
         "_reading",
         "_since",
+        "_table",
         "_transport",
         "_waiting",
         "blocked",
@@ -87,10 +72,16 @@ class WriteBlock:
     )
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, conn: BlockedConnection, timeout: float
+        self,
+        loop: asyncio.AbstractEventLoop,
+        conn_id: int,
+        cut: Callable[[str, UpstreamError], None],
+        timeout: float,
     ) -> None:
-        """``timeout``: how long the buffer may stay blocked without shrinking."""
-        self._conn: BlockedConnection | None = conn  # None once it ended (let_go)
+        """``cut(reason, error)`` ends the connection, failing its streams with
+        ``error``; ``timeout``: how long the buffer may stay blocked without shrinking."""
+        self._id = conn_id
+        self._cut: Callable[[str, UpstreamError], None] | None = cut  # None once it ended
         self.timeout = timeout
         self.blocked = False
         self._loop = loop
@@ -98,22 +89,32 @@ class WriteBlock:
         self._transport: asyncio.WriteTransport | None = None
         self._reading: Reading | None = None
         self._outbound: Writing | None = None
+        self._table: StreamTable | None = None
         self._since = 0.0  # loop time the buffer last shrank (or the block began)
         self._waiting = 0  # bytes buffered at the last check
 
-    def attach(self, transport: asyncio.WriteTransport, reading: Reading, writing: Writing) -> None:
+    def attach(
+        self,
+        transport: asyncio.WriteTransport,
+        reading: Reading,
+        writing: Writing,
+        table: StreamTable,
+    ) -> None:
+        """The connection is made: its transport, its reading and writing, and
+        its stream table, which hands out no slot while writes are blocked."""
         self._transport = transport
         self._reading = reading
         self._outbound = writing
+        self._table = table
 
     def paused(self) -> None:
         """The transport's buffer passed its high-water mark."""
         if self._outbound is not None:
             self._outbound.pause_writing()
-        if self.blocked or self._reading is None or self._conn is None:
+        if self.blocked or self._reading is None or self._table is None:
             return
         self.blocked = True
-        self._conn.table.writes_paused()
+        self._table.writes_paused()
         self._reading.hold(True)
         self._since = self._loop.time()
         self._waiting = self._buffered()
@@ -126,8 +127,8 @@ class WriteBlock:
             self.stop()
             if self._reading is not None:
                 self._reading.hold(False)
-            if self._conn is not None:
-                self._conn.table.writes_resumed()
+            if self._table is not None:
+                self._table.writes_resumed()
         if self._outbound is not None:
             self._outbound.resume_writing()
 
@@ -142,7 +143,7 @@ class WriteBlock:
         to its parts any more (a cycle only the cyclic collector would undo)."""
         self.stop()
         self.blocked = False
-        self._conn = self._reading = self._outbound = self._transport = None
+        self._cut = self._reading = self._outbound = self._transport = self._table = None
 
     def _buffered(self) -> int:
         transport = self._transport
@@ -156,14 +157,14 @@ class WriteBlock:
             self._since = self._loop.time()
             self._handle = self._loop.call_later(self.timeout, self._check)
             return
-        conn = self._conn
-        if conn is None:
+        cut, table = self._cut, self._table
+        if cut is None or table is None:
             return
         stalled_for = self._loop.time() - self._since
-        failing = plural(conn.table.count(), "stream")
-        log.warning(_STALLED, conn.id, waiting, stalled_for, self.timeout, failing)
+        failing = plural(table.count(), "stream")
+        log.warning(_STALLED, self._id, waiting, stalled_for, self.timeout, failing)
         why = (
-            f"upstream connection {conn.id} stopped reading what h2ping writes "
+            f"upstream connection {self._id} stopped reading what h2ping writes "
             f"({waiting} bytes unread for {stalled_for:.1f}s)"
         )
-        conn.cut("upstream not reading", UpstreamError(errors.CONNECTION_TERMINATED, why))
+        cut("upstream not reading", UpstreamError(errors.CONNECTION_TERMINATED, why))

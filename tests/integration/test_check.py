@@ -21,8 +21,8 @@ from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame, PingFrame
 
 from h2ping.check.command import report, text_lines
-from h2ping.check.connection import printable
 from h2ping.check.probe import Findings, probe
+from h2ping.check.prober import printable
 from h2ping.flags import (
     SettingError,
     UsageError,

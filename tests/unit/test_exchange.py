@@ -60,12 +60,8 @@ class FakeStream:
         self.cancelled = True
 
 
-class FakeConn:
-    id = 1
-
-
 class FakeSlot:
-    conn = FakeConn()
+    conn_id = 1
 
     def __init__(self, pool: FakePool) -> None:
         self._pool = pool

@@ -11,6 +11,7 @@ from hyperframe.frame import PriorityFrame
 from h2ping.http2.engine import floodguard as fg
 from h2ping.http2.engine.floodguard import FloodError, FloodGuard, IdleStreamError
 from h2ping.http2.engine.frames import (
+    FRAME,
     GOAWAY,
     MAX_FRAME_SIZE,
     RUN,
@@ -320,3 +321,23 @@ def test_the_budget_refills_with_time_and_earnings_up_to_the_burst() -> None:
     with pytest.raises(FloodError) as refused:
         guard.charge({fg.PING: 0.5, fg.GOAWAY: 1.5})
     assert refused.value.kind == fg.GOAWAY  # the costliest of the batch
+
+
+def test_plain_data_and_whole_frames_come_out_by_stream() -> None:
+    """With the fast paths on, a DATA frame with no flags comes out as its payload
+    under its stream id (the reserved bit of the id ignored, RFC 9113 4.1), a DATA
+    frame with END_STREAM and a plain HEADERS frame whole, anything else in a run."""
+    last = FakeServer.data(3, b"end", end_stream=True)
+    reserved = bytearray(FakeServer.data(5, b"r" * 7))
+    reserved[5] |= 0x80  # the R bit of the stream id
+    # PADDED, on stream 7: a pad length of 2, "ab", two bytes of padding.
+    padded = bytes.fromhex("000005000800000007") + b"\x02ab\x00\x00"
+    splitter = FrameSplitter(plain_data=True, plain_headers=True)
+    pieces = splitter.split(HEADERS + DATA + last + bytes(reserved) + padded + PING)
+    assert pieces == [
+        (FRAME, HEADERS),
+        (1, b"x" * 100),
+        (FRAME, last),
+        (5, b"r" * 7),
+        (RUN, padded + PING),
+    ]

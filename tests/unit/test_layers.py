@@ -7,7 +7,8 @@ dispatch to it, while the check imports nothing of the process layer.
 
 Then the rules of ownership, read from the code: one writer for each piece of
 state, no reach into another module's private names, no class built on a class of
-another package."""
+another package; and one direction through an upstream connection: what the peer
+says and the stream table never end it, and only the connection moves its state."""
 
 from __future__ import annotations
 
@@ -227,13 +228,13 @@ def test_nothing_outside_http2_imports_a_module_of_the_engine() -> None:
     ],
 )
 def test_the_engine_guard_sees_an_import_past_the_door(source: str) -> None:
-    assert engine_modules_imported("h2ping.check.connection", source)
+    assert engine_modules_imported("h2ping.check.prober", source)
     assert not engine_modules_imported("h2ping.http2.upstream", source)
 
 
 def test_the_engine_guard_lets_the_door_through() -> None:
     source = "from ..http2.engine import FrameSplitter, Goaway\nfrom ..http2 import engine\n"
-    assert not engine_modules_imported("h2ping.check.connection", source)
+    assert not engine_modules_imported("h2ping.check.prober", source)
 
 
 # ------------------------------------------------------------------ the seam
@@ -445,10 +446,11 @@ def test_the_state_guard_sees_a_write_from_outside() -> None:
 
 
 def test_an_upstream_connection_changes_state_through_its_table_only() -> None:
-    """Outside ``_enter`` only ``__init__`` sets the state (its first one)."""
-    from h2ping.http2.upstream import _MOVES, ConnState
+    """Its lifetime holds its state: outside ``_enter`` only ``__init__`` sets it
+    (its first one); no other module sets a ``state`` to a ConnState."""
+    from h2ping.http2.lifetime import _MOVES, ConnState
 
-    tree = ast.parse((PACKAGE / "http2" / "upstream.py").read_text())
+    tree = ast.parse((PACKAGE / "http2" / "lifetime.py").read_text())
     setters = [
         function.name
         for function in ast.walk(tree)
@@ -461,13 +463,116 @@ def test_an_upstream_connection_changes_state_through_its_table_only() -> None:
     assert set(_MOVES) == set(ConnState)
     assert not _MOVES[ConnState.CLOSED]  # the end is the end
     assert all(ConnState.CLOSED in moves for state, moves in _MOVES.items() if moves)
+    writers = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if _state_writes(path.read_text(), "ConnState")
+    ]
+    assert writers == ["http2/lifetime.py"], writers
 
 
 # ------------------------------------------------- one writer for each piece of state
 
-#: The modules of one upstream connection: the protocol, its state and its end
-#: (upstream.py), what the peer says to it, its clocks.
-UPSTREAM_CONNECTION = ("upstream.py", "peerevents.py", "clocks.py")
+#: The modules of one upstream connection: the protocol and its end (upstream.py),
+#: its state (lifetime.py), its stream table (streams.py), what the peer says to
+#: it, its clocks.
+UPSTREAM_CONNECTION = ("upstream.py", "lifetime.py", "streams.py", "peerevents.py", "clocks.py")
+
+# ------------------------------------------------ one direction through a connection
+#
+# What the peer says goes one way: the engine tells peerevents.py, which tells the
+# stream table and moves the connection's state through the connection's entries
+# for it; the table reports (a slot free, a draining connection drained) and the
+# connection decides. Neither ends the connection itself, and only the connection
+# (and its table, for the last stream id) moves its state.
+
+#: The calls that end an upstream connection (upstream.py's).
+CONNECTION_ENDS = {"close", "cut", "abandon", "_end"}
+#: The parts that report to the connection and never end it.
+REPORTERS = ("peerevents.py", "streams.py")
+
+
+def end_calls(source: str) -> list[str]:
+    """Where ``source`` calls an end of a connection (``conn.close(...)``, ``cut``,
+    ``abandon``, ``_end``). A stream's own ``close`` (``stream.close()``, in the
+    table that forgets it) ends a stream, not a connection."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr in CONNECTION_ENDS and ast.unparse(node.func.value) != "stream":
+            found.append(f"line {node.lineno}: {ast.unparse(node.func)}")
+    return found
+
+
+def test_what_the_peer_says_and_the_stream_table_never_end_the_connection() -> None:
+    """A GOAWAY drains the connection (``retire``), and the connection closes when
+    its table says it is drained: no call runs from them back into its end."""
+    found = {
+        name: calls
+        for name in REPORTERS
+        if (calls := end_calls((PACKAGE / "http2" / name).read_text()))
+    }
+    assert not found, found
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(self):\n    self._conn.close('GOAWAY')\n",
+        "def f(conn):\n    conn.cut('x', error)\n",
+        "class T:\n    def g(self):\n        self._conn.close(self._conn.close_reason)\n",
+        "def f(conn):\n    conn._end('x', error)\n",
+    ],
+)
+def test_the_end_guard_sees_a_call_into_the_connections_end(source: str) -> None:
+    assert end_calls(source)
+
+
+def test_the_end_guard_lets_a_stream_close_and_reports_through() -> None:
+    source = "def f(self, stream):\n    stream.close()\n    self._on_drained()\n"
+    assert not end_calls(source)
+
+
+#: The moves of a connection's state (lifetime.py's), and who makes them.
+STATE_MOVES = {"open", "drain", "end"}
+MOVERS = {
+    "http2/upstream.py": {"open", "drain", "end"},  # the peer's SETTINGS and GOAWAY, its end
+    "http2/streams.py": {"drain"},  # the last usable stream id was used
+}
+
+
+def state_moves(source: str) -> set[str]:
+    """The moves ``source`` makes of a connection's lifetime (``x.lifetime.open()``,
+    ``self._life.drain(...)``)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        receiver = node.func.value
+        name = receiver.attr if isinstance(receiver, ast.Attribute) else ""
+        name = receiver.id if isinstance(receiver, ast.Name) else name
+        if node.func.attr in STATE_MOVES and name.lstrip("_") in ("lifetime", "life"):
+            found.add(node.func.attr)
+    return found
+
+
+def test_only_the_connection_moves_its_state() -> None:
+    """The peer's events reach the state through the connection's own entries
+    (``settings_received``, ``retire``), so that what each move means (the dial
+    answered, the pool told, a drained connection closed) is in one place."""
+    found = {
+        str(path.relative_to(PACKAGE)): moves
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "lifetime.py" and (moves := state_moves(path.read_text()))
+    }
+    assert found == MOVERS, found
+
+
+def test_the_move_guard_sees_a_move() -> None:
+    assert state_moves("def f(self):\n    self._conn.lifetime.drain('GOAWAY')\n") == {"drain"}
+    assert state_moves("def f(life):\n    life.open()\n    life.end('x')\n") == {"open", "end"}
+    assert not state_moves("def f(self):\n    self._conn.retire('GOAWAY')\n")
 
 
 def test_an_upstream_connection_wires_its_parts_without_lambdas() -> None:
@@ -579,12 +684,12 @@ def table_stream_reads(source: str) -> list[str]:
 
 
 def test_only_the_stream_tables_module_reads_its_streams() -> None:
-    """Outside upstream.py (the table's own module) nothing in h2ping reaches into
+    """Outside streams.py (the table's own module) nothing in h2ping reaches into
     a table's streams: what the peer says about a stream finds it by id."""
     found = {
         str(path.relative_to(PACKAGE)): reads
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path != PACKAGE / "http2" / "upstream.py"
+        if path != PACKAGE / "http2" / "streams.py"
         and (reads := table_stream_reads(path.read_text()))
     }
     assert not found, found

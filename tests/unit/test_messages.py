@@ -8,7 +8,7 @@ import itertools
 import httptools
 import pytest
 
-from h2ping.http1.messages import Request, ResponseWriter, keeps_alive
+from h2ping.http1.messages import JOIN_CHUNK_BELOW, Request, ResponseWriter, keeps_alive
 
 
 class Sink:
@@ -195,3 +195,41 @@ def test_error_in_place_of_a_retracted_response_closes() -> None:
     writer.send_error(502, "upstream reset the stream")
     assert not writer.keep_alive
     assert sink.out[0].startswith(b"HTTP/1.1 502 ")
+
+
+class Body:
+    """httptools callbacks: the response body as a client reads it."""
+
+    def __init__(self) -> None:
+        self.body = b""
+        self.complete = False
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+
+@pytest.mark.parametrize(
+    "size",
+    [1, 64, JOIN_CHUNK_BELOW - 1, JOIN_CHUNK_BELOW, JOIN_CHUNK_BELOW + 1, 16384],
+)
+def test_a_chunk_is_framed_alike_in_one_buffer_or_in_three(size: int) -> None:
+    """A small chunk leaves joined with its size line and CRLF, a large one as three
+    buffers: either way a client parses back exactly the body sent, chunk by chunk."""
+    sink = Sink()
+    writer = ResponseWriter(sink, parsed(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+    writer.start(200, [])
+    head = len(sink.out)
+    data = bytes(range(256)) * (size // 256) + b"e" * (size % 256)
+    writer.write(data)
+    chunk = sink.out[head:]
+    assert b"".join(chunk) == b"%x\r\n" % size + data + b"\r\n"
+    assert len(chunk) == (1 if size < JOIN_CHUNK_BELOW else 3)
+    writer.write(b"last")
+    writer.end()
+    client = Body()
+    parser = httptools.HttpResponseParser(client)
+    parser.feed_data(b"".join(sink.out))
+    assert client.complete and client.body == data + b"last"

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Mapping
 
+import pytest
 from h2.errors import ErrorCodes
 
 from h2ping.errors import UpstreamError
 from h2ping.http2.engine import Goaway
-from h2ping.http2.observer import UNOBSERVED
+from h2ping.http2.observer import UNOBSERVED, reported
 from h2ping.http2.upstream import ConnState, UpstreamConnection
 from h2ping.stats import Stats
 
@@ -43,7 +45,7 @@ class Recorder:
     def ping_acked(self, payload: bytes) -> None:
         self.heard.append(("ack", payload))
 
-    def goaway_received(self, goaway: Goaway) -> None:
+    def goaway_received(self, goaway: Goaway, open_streams: int) -> None:
         self.heard.append(("goaway", goaway.last_stream_id, self.failed()))
 
     def stream_reset(self, stream_id: int, error_code: int, by_peer: bool) -> None:
@@ -122,8 +124,8 @@ async def test_an_observer_may_end_the_connection_from_a_hook() -> None:
     conn.connection_made(FakeTransport())
     ready = conn.wait_ready()
 
-    def end(goaway: Goaway) -> None:
-        Recorder.goaway_received(recorder, goaway)
+    def end(goaway: Goaway, open_streams: int) -> None:
+        Recorder.goaway_received(recorder, goaway, open_streams)
         conn.close("GOAWAY before SETTINGS")
 
     recorder.goaway_received = end  # type: ignore[method-assign]
@@ -141,3 +143,29 @@ async def test_an_observer_may_end_the_connection_from_a_hook() -> None:
 async def test_a_connection_nobody_watches_tells_the_one_no_op_observer() -> None:
     conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
     assert conn.observer is UNOBSERVED
+
+
+async def test_the_proxys_observers_count_and_log_a_goaway_then_tell_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What the proxy counts and logs of a connection's life is its observers':
+    the connection tells them, then the observer it was given besides."""
+    caplog.set_level(logging.INFO, logger="h2ping")
+    stats, recorder = Stats(), Recorder()
+    conn = UpstreamConnection(
+        config(), 7, lambda c: None, stats, observer=reported(stats, 7, recorder)
+    )
+    conn.connection_made(FakeTransport())
+    server = FakeServer()
+    conn.data_received(server.settings(max_concurrent_streams=5))
+    kept, unprocessed = _request(conn, recorder), _request(conn, recorder)
+    conn.data_received(server.goaway(kept, ErrorCodes.NO_ERROR))
+    conn.data_received(server.goaway(kept, ErrorCodes.NO_ERROR))  # no news: not logged again
+    assert stats.goaways == 2
+    lines = [r.getMessage() for r in caplog.records if "GOAWAY" in r.getMessage()]
+    assert lines == [f"conn=7 GOAWAY received: last_stream_id={kept} error=NO_ERROR open_streams=2"]
+    # Told each time, after its counting and logging, before the stream above fails.
+    goaways = [h for h in recorder.heard if h[0] == "goaway"]
+    assert goaways == [("goaway", kept, 0), ("goaway", kept, 1)]
+    assert recorder.sinks[1].error is not None and not recorder.sinks[0].error
+    assert unprocessed > kept and conn.state is ConnState.DRAINING

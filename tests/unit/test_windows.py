@@ -5,11 +5,13 @@ widen open and new streams."""
 from __future__ import annotations
 
 import asyncio
+import functools
+from unittest import mock
 
 import pytest
 from hyperframe.frame import HeadersFrame, PingFrame, SettingsFrame, WindowUpdateFrame
 
-from h2ping.http2 import windows
+from h2ping.http2 import upstream, windows
 from h2ping.http2.pingbackoff import PingBackoff
 from h2ping.http2.streams import UpstreamStream
 from h2ping.http2.upstream import UpstreamConnection
@@ -131,8 +133,17 @@ def test_unmeasured_windows_are_fixed_and_send_no_ping() -> None:
 def connection(
     clock: Clock, budget: WindowBudget | None = None
 ) -> tuple[UpstreamConnection, FakeTransport]:
-    conn = UpstreamConnection(config(ping_interval=60.0), 1, lambda c: None, Stats())
-    conn.window = ReceiveWindow(CAP, measuring=True, clock=clock, budget=budget)
+    # The connection's own window, on the test's clock (-max-receive-window: CAP).
+    on_clock = functools.partial(ReceiveWindow, clock=clock)
+    with mock.patch.object(upstream, "ReceiveWindow", on_clock):
+        conn = UpstreamConnection(
+            config(ping_interval=60.0, max_receive_window=CAP),
+            1,
+            lambda c: None,
+            Stats(),
+            window_budget=budget,
+        )
+    assert conn.window.measuring and conn.window.cap == CAP
     transport = FakeTransport()
     conn.connection_made(transport)
     return conn, transport

@@ -30,6 +30,7 @@ handles one batch per loop turn and leaves the rest for the next.
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,7 +52,8 @@ _ACK = _END_STREAM = 0x1
 _END_HEADERS = 0x4
 _STREAM_ID_MASK = 0x7FFFFFFF
 _PLAIN_HEADERS = _END_HEADERS | 0x1  # END_STREAM or not; no PADDED, no PRIORITY
-_NO_STREAM = bytes(4)
+#: A frame header in one read: length << 8 | type, flags, stream id (R bit included).
+_HEAD = struct.Struct(">IBI")
 
 #: Kinds of the pieces :meth:`FrameSplitter.take` hands out. A positive kind is
 #: the stream id of a plain DATA frame, and the piece is its payload; or, for
@@ -138,16 +140,18 @@ class FrameSplitter:
         costs: dict[str, float] = {}  # what the frames charged cost, by kind
         streams = self.guard.streams  # None: not a client's (see FloodGuard)
         plain_data, plain_headers = self._plain_data, self._plain_headers
+        unpack = _HEAD.unpack_from
         while pos < end and pos + FRAME_HEADER <= size:
-            length = int.from_bytes(data[pos : pos + 3], "big")
+            head, flags, stream_id = unpack(data, pos)  # one call for all nine bytes
+            length = head >> 8
             if length > MAX_FRAME_SIZE:
                 # Refuse before buffering up to 16 MiB of it (RFC 9113 4.2).
                 raise FrameSizeError(f"frame of {length} bytes announced")
             frame_end = pos + FRAME_HEADER + length
             if frame_end > size:
                 break
-            kind = data[pos + 3]
-            flags = data[pos + 4]
+            kind = head & 0xFF
+            stream_id &= _STREAM_ID_MASK
             if self._in_header_block:
                 # Only CONTINUATION may come now; h2 refuses anything else.
                 if kind == _CONTINUATION:
@@ -156,7 +160,6 @@ class FrameSplitter:
                     if flags & _END_HEADERS:
                         self._in_header_block = self._charged_block = False
             elif kind == _DATA:
-                stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & _STREAM_ID_MASK
                 if not length and not flags & _END_STREAM:
                     _add(costs, fg.EMPTY_DATA, 1)
                 else:
@@ -183,17 +186,15 @@ class FrameSplitter:
                             pieces.append((stream_id, data[pos + FRAME_HEADER : frame_end]))
                         start = frame_end
             elif kind == HEADERS_TYPE:
-                if streams is not None:
-                    stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & _STREAM_ID_MASK
-                    if stream_id not in streams and not self.guard.in_flight(stream_id):
-                        # a stream let go, past what was in flight: HPACK work for nothing
-                        _add(costs, fg.CLOSED_STREAMS, 1 + length / fg.HPACK_BYTES_PER_UNIT)
-                        self._charged_block = not flags & _END_HEADERS
                 if (
-                    plain_headers
-                    and (flags | _END_STREAM) == _PLAIN_HEADERS
-                    and (data[pos + 5 : pos + 9] != _NO_STREAM)
+                    streams is not None
+                    and stream_id not in streams
+                    and not self.guard.in_flight(stream_id)
                 ):
+                    # A stream let go, past what was in flight: HPACK work for nothing.
+                    _add(costs, fg.CLOSED_STREAMS, 1 + length / fg.HPACK_BYTES_PER_UNIT)
+                    self._charged_block = not flags & _END_HEADERS
+                if plain_headers and (flags | _END_STREAM) == _PLAIN_HEADERS and stream_id:
                     if pos > start:
                         pieces.append((RUN, data[start:pos]))
                     pieces.append((FRAME, data[pos:frame_end]))
@@ -217,7 +218,6 @@ class FrameSplitter:
                 _add(costs, fg.PRIORITY, 1)
             elif kind in (_RST_STREAM, _WINDOW_UPDATE):
                 if streams is not None:
-                    stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & _STREAM_ID_MASK
                     if stream_id and self.guard.idle(stream_id):
                         name = "RST_STREAM" if kind == _RST_STREAM else "WINDOW_UPDATE"
                         raise IdleStreamError(f"{name} on stream {stream_id}, never opened")

@@ -3,7 +3,7 @@
 :func:`~h2ping.http2.dial.dial`), asked one thing at a time: a PING's round trip,
 a GET's response head (on a stream slot, as the proxy sends a request).
 
-The connection is not changed for the check: :class:`ProbeConnection` is its
+The connection is not changed for the check: :class:`Prober` is its
 observer (:class:`~h2ping.http2.observer.ConnectionObserver`), told of the peer's
 SETTINGS as sent, PING ACKs, a GOAWAY, the socket's loss and the end. What else
 the server said (the first bytes of a peer that speaks no HTTP/2, the fault that
@@ -29,6 +29,7 @@ from ..errors import UpstreamError
 from ..fields import Header
 from ..http2.dial import DialSteps, dial
 from ..http2.engine import TEXT_ANSWER, Goaway, not_http2
+from ..http2.observer import reported
 from ..http2.pingbackoff import punishes_pings
 from ..http2.streams import SlotLost, UpstreamStream
 from ..http2.upstream import ConnState, UpstreamConnection
@@ -94,7 +95,7 @@ def _no_news(conn: UpstreamConnection) -> None:
     """What a pool hears of its connections: the check hears it as the connection's observer."""
 
 
-class ProbeConnection:
+class Prober:
     """One connection that answers the check's questions, one at a time."""
 
     def __init__(self, config: Config, address: str) -> None:
@@ -108,8 +109,9 @@ class ProbeConnection:
         self._lost_by_peer: tuple[Exception | None] | None = None  # (exc,) once the peer ended it
         self._pings: dict[bytes, asyncio.Future[float]] = {}
         self._stats = Stats()  # the connection's counters, which nobody reads here
+        # Logged as the proxy logs its own connections' lives; then told to the probe.
         self.connection = UpstreamConnection(
-            _quiet(config), 1, _no_news, self._stats, observer=self
+            _quiet(config), 1, _no_news, self._stats, observer=reported(self._stats, 1, self)
         )
 
     # ------------------------------------------------------------- the probe's side
@@ -252,7 +254,7 @@ class ProbeConnection:
         if acked is not None and not acked.done():
             acked.set_result(time.perf_counter())
 
-    def goaway_received(self, goaway: Goaway) -> None:
+    def goaway_received(self, goaway: Goaway, open_streams: int) -> None:
         self.goaway = _reported(goaway)
         reason = f"the upstream sent {self.goaway}"
         for acked in self._pings.values():
@@ -291,7 +293,7 @@ class _ResponseHead:
     """The GET's :class:`~h2ping.http2.streams.StreamSink`: it waits for the response
     head alone, and lets the body flow."""
 
-    def __init__(self, probe: ProbeConnection) -> None:
+    def __init__(self, probe: Prober) -> None:
         self._probe = probe
         self.stream: UpstreamStream | None = None
         self.received: asyncio.Future[tuple[list[Header], float]] = (
