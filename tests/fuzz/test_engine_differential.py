@@ -393,6 +393,12 @@ def block(*options: Any) -> tuple[Any, ...]:
             [("data", 1, 10, False, 0), ("goaway", 1, 0), ("data", 1, 10, True, 0),
              ("headers", 3, (200, None), *block(True))],
         ),
+        # HEADERS on a stream h2ping reset (DATA before its head), after a request
+        # that may make h2 forget the stream: discarded unanswered either way.
+        ((None, False, None), [("data", 3, 1, False, 0), ("open", "medium", False),
+                               ("headers", 3, (200, None), *block())]),
+        ((None, False, None), [("data", 3, 1, False, 0), ("open", "medium", False),
+                               ("headers", 3, (200, None), *block(False, 0, True))]),
         # The server shrinks our encoder's table: the next request's block leads with an update.
         ((None, None, None), [("settings", "header_table_size", 0), ("open", "small", True),
                               ("settings", "header_table_size", 4096), ("open", "large", True)]),
