@@ -60,17 +60,17 @@ def only_fast_paths(paths: Collection[str]) -> Iterator[None]:
 def forget_to_count_plain_data(monkeypatch: Any) -> None:
     """Break the fast DATA path: it takes a frame but leaves the stream's window
     as it was (what the probes and the differential test must catch)."""
-    from h2ping.http2.engine.fastconnection import FastConnection as H2Connection
+    from h2ping.http2.engine.fastconnection import FastConnection
 
-    take = H2Connection.take_plain_data
+    take = FastConnection.take_plain_data
 
-    def forgetful(self: H2Connection, stream_id: int, size: int) -> bool:
+    def forgetful(self: FastConnection, stream_id: int, size: int) -> bool:
         taken = take(self, stream_id, size)
         if taken:
             self.streams[stream_id]._inbound_window_manager.current_window_size += size
         return taken
 
-    monkeypatch.setattr(H2Connection, "take_plain_data", forgetful)
+    monkeypatch.setattr(FastConnection, "take_plain_data", forgetful)
 
 
 class FakeServer:

@@ -503,7 +503,7 @@ def test_the_splitter_hands_out_plain_frames_only() -> None:
     assert split(headers + plain + trailers + priority + on_zero) == [
         (FRAME, headers),
         (RUN, plain),
-        (FRAME, trailers),  # the engine's H2Connection declines trailers: they go to h2
+        (FRAME, trailers),  # the fast layer's FastConnection declines trailers: they go to h2
         (RUN, priority + on_zero),
     ]
     # Inside a header block (HEADERS without END_HEADERS) every frame is h2's,
