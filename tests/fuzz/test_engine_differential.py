@@ -352,8 +352,8 @@ def test_the_fast_layer_does_what_the_plain_engine_does(
 
 def block(*options: Any) -> tuple[Any, ...]:
     """``header_block_options`` for a scripted step: END_STREAM, pad, priority, cut, size."""
-    end, pad, priority, cut, table = (*options, False, 0, False, False, None)[:5]
-    return end, pad, priority, cut, table
+    defaults = (False, 0, False, False, None)
+    return (*options, *defaults[len(options) :])
 
 
 @pytest.mark.parametrize(
@@ -402,6 +402,11 @@ def block(*options: Any) -> tuple[Any, ...]:
                                ("headers", 3, (200, None), *block())]),
         ((None, False, None), [("data", 3, 1, False, 0), ("open", "medium", False),
                                ("headers", 3, (200, None), *block(False, 0, True))]),
+        # A padded HEADERS whose padding is its whole payload (its block, one
+        # byte, cut in two), given to h2 with its CONTINUATION: the fault names
+        # the HEADERS, as when h2 is given each frame alone.
+        ((False, None, None), [("trailers", 1, None, *block()), ("data", 1, 1, False, 0),
+                               ("trailers", 1, None, *block(False, 7, False, True))]),
         # The server shrinks our encoder's table: the next request's block leads with an update.
         ((None, None, None), [("settings", "header_table_size", 0), ("open", "small", True),
                               ("settings", "header_table_size", 4096), ("open", "large", True)]),

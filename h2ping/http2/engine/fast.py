@@ -37,6 +37,7 @@ from .frames import (
     RUN,
     FrameSplitter,
     data_frame,
+    unreadable,
 )
 from .manifest import DATA, RESPONSE_HEADERS
 from .plain import H2_CONFIG, H2Engine, PeerEvents, StreamEvents
@@ -55,6 +56,7 @@ class FastEngine(H2Engine):
         self.fast = frozenset(fast)  # read by the parts made in H2Engine.__init__
         super().__init__(events, header_list_limit, clock)
         self._h2: FastConnection
+        self._run = b""  # the run of frames h2 is reading, while it reads it
 
     def _new_h2(self) -> FastConnection:
         return FastConnection(H2_CONFIG, self.header_list_limit, self.fast)
@@ -81,7 +83,10 @@ class FastEngine(H2Engine):
                 if self._over:
                     break  # the connection ended meanwhile (see H2Engine.handle)
                 if kind == RUN:
-                    self._tell(self._h2.receive_data(piece))
+                    self._run = piece  # to name a frame h2 could not read
+                    said = self._h2.receive_data(piece)
+                    self._run = b""
+                    self._tell(said)
                 elif kind > 0:  # a plain DATA frame's payload, on stream ``kind``
                     self._plain_data(kind, piece)
                 elif kind == FRAME:
@@ -95,7 +100,7 @@ class FastEngine(H2Engine):
         return backlog - frames.backlog
 
     def _refused(self) -> tuple[int, int] | None:
-        return self._h2.fault_frame
+        return self._h2.fault_frame or (unreadable(self._run) if self._run else None)
 
     def _plain_data(self, stream_id: int, payload: bytes) -> None:
         size = len(payload)

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import h2.exceptions
 from h2.errors import ErrorCodes
+from hyperframe.frame import Frame
 
 from . import floodguard as fg
 from .floodguard import FloodGuard, IdleStreamError
@@ -236,6 +237,25 @@ def frames_in(run: bytes) -> Iterator[bytes]:
         frame_end = pos + FRAME_HEADER + int.from_bytes(run[pos : pos + 3], "big")
         yield run[pos:frame_end]
         pos = frame_end
+
+
+def unreadable(run: bytes) -> tuple[int, int] | None:
+    """(type, stream id) of the first frame of ``run`` that hyperframe cannot
+    read (bad padding, a bad length for its type), named as h2 names a refused
+    header block: a CONTINUATION by the HEADERS it belongs to. None if all read.
+    For a fault in a run given to h2 whole, which h2 raises before it knows
+    the frame."""
+    named: tuple[int, int] | None = None
+    for frame in frames_in(run):
+        kind, stream_id = frame[3], int.from_bytes(frame[5:9], "big") & _STREAM_ID_MASK
+        if kind != _CONTINUATION or named is None:
+            named = (kind, stream_id)
+        try:
+            parsed, _ = Frame.parse_frame_header(memoryview(frame[:FRAME_HEADER]))
+            parsed.parse_body(memoryview(frame[FRAME_HEADER:]))
+        except Exception:
+            return named
+    return None
 
 
 def data_frame(stream_id: int, payload: bytes) -> bytes:
