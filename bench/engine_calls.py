@@ -34,6 +34,13 @@ class Acking(RecordingSink):
         self.stream.ack(flow_controlled_length)  # type: ignore[attr-defined]
 
 
+def print_counts(label: str, profile: cProfile.Profile, n: int) -> None:
+    """One line: ``label``, the calls per unit of ``n``, and by whose code."""
+    total, parts = counted(profile)
+    by_whom = ", ".join(f"{k} {v / n:.1f}" for k, v in sorted(parts.items()))
+    print(f"{label}: {total / n:.1f} calls ({by_whom})")
+
+
 def counted(profile: cProfile.Profile) -> tuple[int, dict[str, int]]:
     stats = pstats.Stats(profile)
     by_module: dict[str, int] = {}
@@ -77,12 +84,7 @@ async def events(n: int) -> None:
         await h.settle()
         await asyncio.sleep(0)
     profile.disable()
-    total, parts = counted(profile)
-    print(
-        f"per streamed event: {total / n:.1f} calls ("
-        + ", ".join(f"{k} {v / n:.1f}" for k, v in sorted(parts.items()))
-        + ")"
-    )
+    print_counts("per streamed event", profile, n)
 
 
 async def requests(n: int) -> None:
@@ -114,12 +116,7 @@ async def requests(n: int) -> None:
     for _ in range(n):
         await one()
     profile.disable()
-    total, parts = counted(profile)
-    print(
-        f"per request: {total / n:.1f} calls ("
-        + ", ".join(f"{k} {v / n:.1f}" for k, v in sorted(parts.items()))
-        + ")"
-    )
+    print_counts("per request", profile, n)
 
 
 def main() -> None:
