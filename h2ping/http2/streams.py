@@ -385,8 +385,8 @@ class StreamTable:
     ) -> None:
         """``window``: the connection's receive window, whose raises each new
         stream takes as far as its budget allows; ``cap``: -max-streams-per-conn
-        (0: none). The engine is told each stream as its request goes, and when it
-        is forgotten."""
+        (0: none). The engine finds who hears a stream through the table's lookup
+        (``streams.get``): the table is the only holder of its streams."""
         self.id = conn_id
         self.outbound = outbound
         self.streams: dict[int, UpstreamStream] = {}
@@ -401,6 +401,7 @@ class StreamTable:
         self._on_change = on_change
         self._on_drained = on_drained
         self._preface_out = False
+        engine.heard_through(self.streams.get)
 
     @property
     def free_slots(self) -> int:
@@ -485,7 +486,7 @@ class StreamTable:
         engine = self._engine
         stream_id = engine.next_stream_id()
         stream = UpstreamStream(self, engine, stream_id, sink, ended=end_stream)
-        engine.send_request(stream_id, headers, end_stream, stream)
+        engine.send_request(stream_id, headers, end_stream)
         window = self._window
         if (wanted := window.extra) and (extra := window.budget.take(wanted)):
             stream.widen(extra)  # the window's raises so far, as the budget allows
@@ -553,8 +554,7 @@ class StreamTable:
         credit = stream.close()
         if stream.extra:
             self._window.budget.give(stream.extra)
-        self.streams.pop(stream.stream_id, None)
-        self._engine.forget(stream.stream_id)
+        self.streams.pop(stream.stream_id, None)  # the engine's lookup too: nobody hears it
         self.outbound.forget(stream)
         state = self._life.state
         if state is ConnState.CLOSED:

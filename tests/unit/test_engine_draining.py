@@ -64,7 +64,8 @@ def started(fast: frozenset[str]) -> tuple[H2Engine, Events]:
     engine = new_engine(events, 65536, fast=fast)  # type: ignore[arg-type]
     events.engine = engine
     engine.start(65535, 65535)
-    engine.send_request(1, REQUEST, True, events)  # type: ignore[arg-type]
+    engine.heard_through({1: events}.get)  # type: ignore[dict-item]
+    engine.send_request(1, REQUEST, True)
     engine.data_to_send()
     return engine, events
 

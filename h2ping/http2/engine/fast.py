@@ -132,7 +132,7 @@ class FastEngine(H2Engine):
         self._deliver(stream_id, payload, size)
         self._release()
         try:
-            if (stream := self._listeners.get(stream_id)) is not None:
+            if (stream := self._hear(stream_id)) is not None:
                 stream.got_end()
         except Exception:
             self._events.on_internal_error(stream_id)
@@ -154,7 +154,7 @@ class FastEngine(H2Engine):
         """A stream's own fault (``stream_faults``): the stream is reset, alone."""
         if isinstance(event, StreamFault):
             self._guard.reset(event.stream_id)  # reset by h2ping: frames may follow
-            stream: StreamEvents | None = self._listeners.get(event.stream_id)
+            stream: StreamEvents | None = self._hear(event.stream_id)
             if stream is not None:
                 stream.got_fault(event.error, event.detail)
 
@@ -163,11 +163,8 @@ class FastEngine(H2Engine):
     def _limit_decoding(self) -> None:
         """Nothing to do: the connection set its decoder's limit when made."""
 
-    def send_request(
-        self, stream_id: int, headers: list[Header], end_stream: bool, listener: StreamEvents
-    ) -> None:
+    def send_request(self, stream_id: int, headers: list[Header], end_stream: bool) -> None:
         self._h2.send_request(stream_id, headers, end_stream)
-        self._listeners[stream_id] = listener
         self._guard.opened(stream_id)
 
     def send_data(self, stream_id: int, data: bytes | memoryview, end_stream: bool) -> None:

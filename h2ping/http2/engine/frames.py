@@ -134,7 +134,7 @@ class FrameSplitter:
         size = len(data)
         end = size if budget is None else min(size, pos + budget)
         costs: dict[str, float] = {}  # what the frames charged cost, by kind
-        streams = self.guard.streams  # None: not a client's (see FloodGuard)
+        hears = self.guard.hears  # None: not a client's (see FloodGuard)
         plain_data, plain_headers = self._plain_data, self._plain_headers
         unpack = _HEAD.unpack_from
         while pos < end and pos + FRAME_HEADER <= size:
@@ -160,9 +160,9 @@ class FrameSplitter:
                     _add(costs, fg.EMPTY_DATA, 1)
                 else:
                     if (
-                        streams is not None
+                        hears is not None
                         and length < fg.SMALL_DATA
-                        and stream_id not in streams
+                        and hears(stream_id) is None
                         and not self.guard.in_flight(stream_id)
                     ):
                         # Past what was in flight when we reset it: a flood.
@@ -177,8 +177,8 @@ class FrameSplitter:
                         start = frame_end
             elif kind == HEADERS_TYPE:
                 if (
-                    streams is not None
-                    and stream_id not in streams
+                    hears is not None
+                    and hears(stream_id) is None
                     and not self.guard.in_flight(stream_id)
                 ):
                     # A stream let go, past what was in flight: HPACK work for nothing.
@@ -207,7 +207,7 @@ class FrameSplitter:
             elif kind == _PRIORITY:
                 _add(costs, fg.PRIORITY, 1)
             elif kind in (_RST_STREAM, _WINDOW_UPDATE):
-                if streams is not None:
+                if hears is not None:
                     if stream_id and self.guard.idle(stream_id):
                         name = "RST_STREAM" if kind == _RST_STREAM else "WINDOW_UPDATE"
                         raise IdleStreamError(f"{name} on stream {stream_id}, never opened")
