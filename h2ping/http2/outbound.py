@@ -45,14 +45,23 @@ class OutboundPump:
         self._transport = transport
 
     # ------------------------------------------------------------ request bodies
+    #
+    # A stream whose body grew frames it at once, within budget(), and says what
+    # came of it (framed); the turns here (the next loop turn, a window opened,
+    # the socket drained) frame a waiting stream's body the same way (_pump).
+    # Either way one side drives and the other is told values.
 
-    def pump(self, stream: UpstreamStream) -> None:
-        """Move a stream's queued body into DATA frames as far as windows allow."""
-        paused = self._write_paused
-        framed, spent, ready = stream.frame_body(0 if paused else PUMP_BATCH - self._unflushed)
-        self._unflushed += framed
-        if stream.has_body_queued:
-            if spent and not paused:  # to the back: the others go first once this is written
+    def budget(self) -> int:
+        """How much request body may become DATA frames before the next write
+        (over all the streams): nothing while the transport has paused writing."""
+        return 0 if self._write_paused else PUMP_BATCH - self._unflushed
+
+    def framed(self, stream: UpstreamStream, nbytes: int, spent: bool, queued: bool) -> None:
+        """``stream`` framed ``nbytes`` of its body; ``spent``: the budget stopped
+        it; ``queued``: body still waits (it takes its turn here)."""
+        self._unflushed += nbytes
+        if queued:
+            if spent and not self._write_paused:  # to the back: the others go first
                 self._blocked.pop(stream, None)
                 self.schedule_flush()
                 self._schedule_pumps()
@@ -60,6 +69,12 @@ class OutboundPump:
         else:
             self._blocked.pop(stream, None)
         self.schedule_flush()
+
+    def _pump(self, stream: UpstreamStream) -> None:
+        """A waiting stream's turn: its queued body into DATA frames as far as
+        windows allow."""
+        framed, spent, ready, queued = stream.frame_body(self.budget())
+        self.framed(stream, framed, spent, queued)
         if ready:
             stream.got_send_ready()
 
@@ -68,7 +83,7 @@ class OutboundPump:
         if stream is None:
             self._pump_blocked()
         elif stream in self._blocked:
-            self.pump(stream)
+            self._pump(stream)
 
     def forget(self, stream: UpstreamStream) -> None:
         self._blocked.pop(stream, None)
@@ -90,7 +105,7 @@ class OutboundPump:
                 self._schedule_pumps()
                 break
             if not stream.closed:
-                self.pump(stream)
+                self._pump(stream)
 
     def pause_writing(self) -> None:
         # The socket buffer is full: stop turning request bodies into frames.

@@ -86,7 +86,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self,
         config: Config,
         conn_id: int,
-        on_change: Callable[[UpstreamConnection], None],
+        on_change: Callable[[UpstreamConnection, ConnState], None],
         stats: Stats,
         on_age: Callable[[UpstreamConnection], None] | None = None,
         ping_backoff: PingBackoff | None = None,
@@ -121,9 +121,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self._drained,
             config.max_streams_per_conn,
         )
-        self._inbound = InboundTurns(
-            self._loop, self._take_batch, self._backlog_ready, self.lifetime.ended, self.table.count
-        )
+        self._inbound = InboundTurns(self._loop, self._take_turn)
 
     @property
     def state(self) -> ConnState:
@@ -171,7 +169,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self.clocks.start()
             self._stats.window_pinged(self.window.measuring)  # the preface's: HTTP/2 answered
         self.observer.settings_heard(self._engine.heard.settings or {})
-        self._on_change(self)
+        self._on_change(self, self.lifetime.state)
 
     def ping(self, payload: bytes) -> None:
         """Send a PING now; its ACK comes to ``peer`` like any other."""
@@ -183,7 +181,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         """Take no new streams; close cleanly (GOAWAY NO_ERROR) once the last ends:
         now, if none is in flight, else when the table says it is drained."""
         if self.lifetime.drain(reason):
-            self._on_change(self)
+            self._on_change(self, ConnState.DRAINING)
             if not self.table.busy:
                 self.close(reason)
 
@@ -233,7 +231,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self.ping(payload)  # at once: it times the round trip
             self._stats.window_pinged()
         self._engine.feed(data)
-        self._inbound.arrived()
+        self._take_turn()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.observer.socket_lost(exc, by_peer=self.lifetime.state is not ConnState.CLOSED)
@@ -261,8 +259,16 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.clocks.writes.resumed()
 
-    def _backlog_ready(self) -> bool:
-        return self._engine.ready
+    def _take_turn(self) -> None:
+        """Handle what arrived, as much as the inbound schedule's budget says,
+        and tell it what came of it (it schedules the rest: the next iteration
+        calls this again)."""
+        budget = self._inbound.budget(self.table.count())
+        if budget is None:
+            return  # a turn is scheduled: it takes these bytes too
+        taken = self._take_batch(budget)
+        if self.lifetime.state is not _CLOSED:
+            self._inbound.took(taken, self._engine.ready)
 
     def _take_batch(self, budget: int = INBOUND_BATCH) -> int:
         """Handle about ``budget`` bytes of frames; return how many."""
@@ -306,7 +312,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self._transport.abort()
         self.table.fail_all(error)
         self.observer.closed(self.close_reason)
-        self._on_change(self)
+        self._on_change(self, ConnState.CLOSED)
         self._loop.call_soon(_let_go, self)
 
     def __repr__(self) -> str:

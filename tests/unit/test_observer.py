@@ -59,7 +59,7 @@ class Recorder:
 
 
 def _open(recorder: Recorder) -> tuple[UpstreamConnection, FakeServer]:
-    conn = UpstreamConnection(config(), 1, lambda c: None, Stats(), observer=recorder)
+    conn = UpstreamConnection(config(), 1, lambda c, s: None, Stats(), observer=recorder)
     conn.connection_made(FakeTransport())
     server = FakeServer()
     conn.data_received(server.settings(max_concurrent_streams=5))
@@ -120,7 +120,7 @@ async def test_an_observer_may_end_the_connection_from_a_hook() -> None:
     """The check ends a connection whose peer sent GOAWAY before its SETTINGS:
     the connection's own handling of the GOAWAY then finds it ended."""
     recorder = Recorder()
-    conn = UpstreamConnection(config(), 1, lambda c: None, Stats(), observer=recorder)
+    conn = UpstreamConnection(config(), 1, lambda c, s: None, Stats(), observer=recorder)
     conn.connection_made(FakeTransport())
     ready = conn.wait_ready()
 
@@ -141,7 +141,7 @@ async def test_an_observer_may_end_the_connection_from_a_hook() -> None:
 
 
 async def test_a_connection_nobody_watches_tells_the_one_no_op_observer() -> None:
-    conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
+    conn = UpstreamConnection(config(), 1, lambda c, s: None, Stats())
     assert conn.observer is UNOBSERVED
 
 
@@ -153,7 +153,7 @@ async def test_the_proxys_observers_count_and_log_a_goaway_then_tell_the_others(
     caplog.set_level(logging.INFO, logger="h2ping")
     stats, recorder = Stats(), Recorder()
     conn = UpstreamConnection(
-        config(), 7, lambda c: None, stats, observer=reported(stats, 7, recorder)
+        config(), 7, lambda c, s: None, stats, observer=reported(stats, 7, recorder)
     )
     conn.connection_made(FakeTransport())
     server = FakeServer()

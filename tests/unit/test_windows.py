@@ -139,7 +139,7 @@ def connection(
         conn = UpstreamConnection(
             config(ping_interval=60.0, max_receive_window=CAP),
             1,
-            lambda c: None,
+            lambda c, s: None,
             Stats(),
             window_budget=budget,
         )
@@ -182,7 +182,7 @@ async def test_the_preface_carries_the_floor_and_a_ping_and_the_ack_widens_every
 
 
 async def test_with_pings_off_nothing_is_measured() -> None:
-    conn = UpstreamConnection(config(ping_interval=0.0), 1, lambda c: None, Stats())
+    conn = UpstreamConnection(config(ping_interval=0.0), 1, lambda c, s: None, Stats())
     transport = FakeTransport()
     conn.connection_made(transport)
     preface = transport.frames()
@@ -196,10 +196,14 @@ async def test_after_a_server_punished_pings_new_connections_measure_nothing() -
     send no measuring PING either, and keep the unmeasured window."""
     stats = Stats()
     backoff = PingBackoff(60.0, stats)
-    before = UpstreamConnection(config(ping_interval=60.0), 1, lambda c: None, stats, None, backoff)
+    before = UpstreamConnection(
+        config(ping_interval=60.0), 1, lambda c, s: None, stats, None, backoff
+    )
     assert before.window.measuring
     backoff.punished(1, 60.0)
-    after = UpstreamConnection(config(ping_interval=60.0), 2, lambda c: None, stats, None, backoff)
+    after = UpstreamConnection(
+        config(ping_interval=60.0), 2, lambda c, s: None, stats, None, backoff
+    )
     transport = FakeTransport()
     after.connection_made(transport)
     assert not after.window.measuring and not of(PingFrame, transport.frames())
