@@ -48,10 +48,11 @@ class InboundTurns:
     The connection asks :meth:`budget` when bytes arrived, handles about that
     much of its backlog and says what came of it (:meth:`took`: how much, and
     whether whole frames still wait). When more waits, the schedule stops the
-    transport's reading and, next loop iteration, calls ``turn`` (the
-    connection's), which does the same again."""
+    transport's reading and has the loop call ``turn(True)`` (the connection's)
+    next iteration, which does the same again, saying it is the turn that was
+    scheduled (``budget(..., scheduled=True)``)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, turn: Callable[[], None]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, turn: Callable[[bool], None]) -> None:
         self._loop = loop
         self._turn = turn
         self._transport: asyncio.Transport | None = None
@@ -66,12 +67,15 @@ class InboundTurns:
     def attach(self, transport: asyncio.Transport) -> None:
         self._transport = transport
 
-    def budget(self, open_streams: int) -> int | None:
+    def budget(self, open_streams: int, scheduled: bool = False) -> int | None:
         """How much of what arrived the connection, carrying ``open_streams``
         streams, handles now: the rest of this iteration's share (then it tells
         :meth:`took`); None when a turn is already scheduled (it takes these
-        bytes too)."""
-        if self._next is not None:
+        bytes too). ``scheduled``: this is that turn, a new iteration's share."""
+        if scheduled:
+            self._next = None
+            self._taken = 0
+        elif self._next is not None:
             return None
         self._share = share = turn_share(open_streams)
         return share - self._taken
@@ -87,7 +91,7 @@ class InboundTurns:
             if self._reset is not None:
                 self._reset.cancel()
                 self._reset = None
-            self._next = self._loop.call_soon(self._next_turn)
+            self._next = self._loop.call_soon(self._turn, True)
             self._read_paused = True
             self._apply()
             return
@@ -130,17 +134,11 @@ class InboundTurns:
         else:
             transport.pause_reading()
 
-    def _next_turn(self) -> None:
-        """A new iteration's share: the connection takes its next batch."""
-        self._next = None
-        self._taken = 0
-        self._turn()
-
     def _end_iteration(self) -> None:
         """Reads in the next loop iteration get a share of their own."""
         self._reset = None
         self._taken = 0
 
 
-def _no_turn() -> None:
+def _no_turn(scheduled: bool) -> None:
     pass

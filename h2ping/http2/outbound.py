@@ -36,6 +36,9 @@ class OutboundPump:
         self._transport: asyncio.Transport | None = None
         # Streams whose body waits to be sent, in the order they take turns.
         self._blocked: dict[UpstreamStream, None] = {}
+        # Windows the peer opened while the engine handled a batch, in order (a
+        # stream, or None: the connection's); pumped once the batch is over.
+        self.opened: dict[UpstreamStream | None, None] = {}
         self._unflushed = 0  # DATA bytes framed since the last write (PUMP_BATCH)
         self._write_paused = False
         self._pumps_scheduled = False
@@ -79,14 +82,25 @@ class OutboundPump:
             stream.got_send_ready()
 
     def window_opened(self, stream: UpstreamStream | None) -> None:
-        """The peer raised a window: ``stream``'s, or the connection's (None)."""
-        if stream is None:
-            self._pump_blocked()
-        elif stream in self._blocked:
-            self._pump(stream)
+        """The peer raised a window: ``stream``'s, or the connection's (None).
+        Told amid the engine's batch, which the bodies' frames must not reenter:
+        the connection has them pumped once the batch is over (:meth:`pump_opened`),
+        before its write."""
+        if stream is None or stream in self._blocked:
+            self.opened[stream] = None
+
+    def pump_opened(self) -> None:
+        """Carry on with the streams whose windows opened, in the order they did."""
+        opened, self.opened = self.opened, {}
+        for stream in opened:
+            if stream is None:
+                self._pump_blocked()
+            elif stream in self._blocked:
+                self._pump(stream)
 
     def forget(self, stream: UpstreamStream) -> None:
         self._blocked.pop(stream, None)
+        self.opened.pop(stream, None)
 
     def _schedule_pumps(self) -> None:
         if not self._pumps_scheduled:

@@ -259,11 +259,11 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.clocks.writes.resumed()
 
-    def _take_turn(self) -> None:
+    def _take_turn(self, scheduled: bool = False) -> None:
         """Handle what arrived, as much as the inbound schedule's budget says,
-        and tell it what came of it (it schedules the rest: the next iteration
-        calls this again)."""
-        budget = self._inbound.budget(self.table.count())
+        and tell it what came of it. It schedules the rest: the loop calls this
+        again next iteration (``scheduled``)."""
+        budget = self._inbound.budget(self.table.count(), scheduled)
         if budget is None:
             return  # a turn is scheduled: it takes these bytes too
         taken = self._take_batch(budget)
@@ -279,6 +279,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             return 0
         if self.lifetime.state is _CLOSED:
             return 0
+        if self.outbound.opened:  # the peer opened windows: request bodies go on
+            self.outbound.pump_opened()
         self.outbound.flush()
         return taken
 

@@ -34,3 +34,23 @@ def test_a_request_goes_from_its_stream_to_the_connection_never() -> None:
     assert ("http2/streams", "http2/upstream") not in edges, sorted(edges)
     returns = [way for leg in legs.values() for way in leg["returns"]]
     assert not [way for way in returns if "http2/streams > http2/upstream" in way], returns
+
+
+def test_the_http2_side_makes_no_round_trip_on_a_requests_way() -> None:
+    """Through the HTTP/2 side a request goes one way: nothing calls back into an
+    ``http2/`` module it left. The inbound schedule gives the connection a budget
+    and is told what was taken; a stream returns the credit its client took at
+    once and the engine gives it back; a stream frames its own body and tells the
+    writing what came of it; the pool is told a connection's state with its news;
+    windows the peer opens amid a batch are pumped after it. With a body of a few
+    hundred kilobytes too: the request body waits on the peer's windows, the
+    response comes in several turns."""
+    for body in (16, 300_000):
+        legs = asyncio.run(_callpath().trace(body)).legs
+        assert set(legs) == {"there", "back"}
+        edges = legs["there"]["edges"] | legs["back"]["edges"]
+        assert ("http2/upstream", "http2/inbound") in edges  # it was traced
+        assert ("http2/engine", "http2/streams") in edges
+        returns = [way for leg in legs.values() for way in leg["returns"]]
+        into_http2 = [way for way in returns if way.rpartition(" > ")[2].startswith("http2/")]
+        assert not into_http2, (body, into_http2)

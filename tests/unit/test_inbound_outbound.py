@@ -24,10 +24,10 @@ class Backlog:
         self.streams = 1
         self.inbound: InboundTurns | None = None
 
-    def turn(self) -> None:
+    def turn(self, scheduled: bool = False) -> None:
         """What the connection does when bytes arrive, and on each scheduled turn."""
         assert self.inbound is not None
-        budget = self.inbound.budget(self.streams)
+        budget = self.inbound.budget(self.streams, scheduled)
         if budget is None:
             return
         taken = min(self.size, max(budget, 0))
@@ -168,8 +168,10 @@ class Stream:
     """Stands for an UpstreamStream: frames what ``budget`` allows from ``queued``,
     when its body grows (``pump``, as ``send`` does) or on the pump's turns."""
 
-    def __init__(self, queued: int) -> None:
+    def __init__(self, queued: int, log: list[Stream] | None = None) -> None:
         self.queued = queued
+        self.window = 2**31  # the peer's window on it
+        self.log = log if log is not None else []  # the order streams are framed in
         self.budgets: list[int] = []
         self.sink = Sink()
         self.closed = False
@@ -179,9 +181,11 @@ class Stream:
 
     def frame_body(self, budget: int) -> tuple[int, bool, bool, bool]:
         self.budgets.append(budget)
-        framed = min(self.queued, max(budget, 0))
+        self.log.append(self)
+        framed = min(self.queued, max(budget, 0), self.window)
+        self.window -= framed
         self.queued -= framed
-        spent = self.queued > 0 and budget - framed <= 0
+        spent = self.queued > 0 and budget - framed <= 0 and self.window > 0
         return framed, spent, self.queued == 0, self.queued > 0
 
     def pump(self, outbound: OutboundPump) -> None:
@@ -240,3 +244,39 @@ async def test_one_write_per_iteration_whatever_is_queued() -> None:
     assert transport.writes == []
     await asyncio.sleep(0)
     assert len(transport.writes) == 1
+
+
+async def test_windows_opened_amid_a_batch_are_pumped_after_it_in_their_order() -> None:
+    """The peer's WINDOW_UPDATEs reach the pump while the engine handles a batch:
+    nothing is framed then (the engine is amid its frames); the connection has
+    the streams pumped once the batch is over, in the order their windows opened."""
+    outbound, _, _ = pump()
+    log: list[Stream] = []
+    a, b, c = Stream(1000, log), Stream(1000, log), Stream(1000, log)
+    for stream in (a, b, c):
+        stream.window = 0
+        stream.pump(outbound)  # each waits on its window
+    log.clear()
+    for stream in (c, a, b):
+        stream.window = 1000
+        outbound.window_opened(stream)  # type: ignore[arg-type]
+    outbound.forget(b)  # reset by the peer later in the same batch
+    assert log == [] and outbound.opened
+    outbound.pump_opened()
+    assert log == [c, a] and a.queued == c.queued == 0 and b.queued == 1000
+    assert not outbound.opened
+
+
+async def test_the_connections_window_opened_pumps_every_waiting_stream_after_the_batch() -> None:
+    outbound, _, _ = pump()
+    log: list[Stream] = []
+    a, b = Stream(1000, log), Stream(1000, log)
+    for stream in (a, b):
+        stream.window = 0
+        stream.pump(outbound)
+        stream.window = 1000
+    log.clear()
+    outbound.window_opened(None)
+    assert log == []
+    outbound.pump_opened()
+    assert log == [a, b] and a.queued == b.queued == 0
