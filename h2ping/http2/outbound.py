@@ -100,7 +100,8 @@ class OutboundPump:
 
     def forget(self, stream: UpstreamStream) -> None:
         self._blocked.pop(stream, None)
-        self.opened.pop(stream, None)
+        if self.opened:
+            self.opened.pop(stream, None)
 
     def _schedule_pumps(self) -> None:
         if not self._pumps_scheduled:

@@ -224,11 +224,13 @@ class UpstreamStream:
     def got_data(self, data: bytes, flow_controlled_length: int) -> int:
         """Response data; returns the credit the engine gives back now (what the
         sink's client took at once). The rest is held here until ``ack``."""
-        self.unacked += flow_controlled_length
         taken = self.sink.on_data(data, flow_controlled_length)
-        if not taken or self.state is _CLOSED:  # closed meanwhile: its end gave all back
-            return 0
-        self.unacked -= taken
+        if self.state is _CLOSED:
+            # Ended meanwhile (its client went away): its end gave back what it
+            # held; this data's credit goes back too, by the engine.
+            return flow_controlled_length
+        if taken != flow_controlled_length:
+            self.unacked += flow_controlled_length - taken
         return taken
 
     def got_end(self) -> None:

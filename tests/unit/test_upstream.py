@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from h2.errors import ErrorCodes
@@ -20,7 +21,7 @@ from h2ping.errors import UpstreamError
 from h2ping.http2 import clocks
 from h2ping.http2.lifetime import Lifetime
 from h2ping.http2.outbound import PUMP_BATCH
-from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState
+from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState, UpstreamStream
 from h2ping.http2.upstream import PROVISIONAL_HEADER_LIST, ConnState, UpstreamConnection
 from h2ping.http2.windows import CONNECTION_WINDOW, UNMEASURED_WINDOW
 from h2ping.http2.writeblock import WriteBlock
@@ -429,6 +430,41 @@ async def test_response_credit_is_held_on_the_stream_until_given_back() -> None:
     assert stream.unacked == 0
     stream.ack_held()  # nothing more to give
     assert not of(WindowUpdateFrame, await h.sent())
+
+
+class Leaving(RecordingSink):
+    """A client that goes away while its second piece of data is written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stream: UpstreamStream | None = None
+
+    def on_data(self, data: bytes, flow_controlled_length: int) -> int:
+        super().on_data(data, flow_controlled_length)
+        if len(self.data) > 1000 and self.stream is not None:
+            self.stream.cancel()  # as the exchange does when its client is gone
+        return 0  # a slow client: it holds its credit
+
+
+async def test_a_client_leaving_as_its_data_is_written_gives_the_connection_all_its_credit() -> (
+    None
+):
+    """Its stream ends inside the delivery: the credit it held goes back as it
+    ends, and the credit of the data being delivered goes back too (the engine
+    gives it, as the stream returns it), so the connection's window, which every
+    other stream shares, loses nothing."""
+    h = Harness()
+    sink = Leaving()
+    stream = sink.stream = h.slot().open(REQUEST, sink, end_stream=True)
+    await h.sent()
+    h.feed(h.server.headers(1, 200), h.server.data(1, b"a" * 1000))
+    await h.settle()
+    assert stream.unacked == 1000
+    h.feed(h.server.data(1, b"b" * 3000))
+    await h.settle()
+    assert stream.closed and len(sink.data) == 4000
+    connection: Any = h.conn._engine._h2._inbound_flow_control_window_manager
+    assert connection._bytes_processed == 4000  # no WINDOW_UPDATE due yet: all counted
 
 
 # ------------------------------------------------------ an upstream that does not read
