@@ -534,6 +534,36 @@ def test_the_end_guard_lets_a_stream_close_and_reports_through() -> None:
     assert not end_calls(source)
 
 
+#: The parts of one upstream connection: what happens in its life they tell its
+#: observer (``http2/observer.py``), which counts and logs it; none counts it itself.
+CONNECTION_PARTS = (
+    "upstream",
+    "peerevents",
+    "clocks",
+    "liveness",
+    "lifetime",
+    "writeblock",
+    "streams",
+    "inbound",
+    "outbound",
+    "windows",
+)
+
+
+def test_a_connections_life_is_counted_by_its_observer_alone() -> None:
+    counting = {
+        part: "h2ping.stats"
+        for part in CONNECTION_PARTS
+        if "h2ping.stats" in GRAPH[f"h2ping.http2.{part}"]
+    }
+    assert not counting, counting
+
+
+def test_the_counting_guard_sees_a_part_import_the_counters() -> None:
+    source = "from ..stats import Stats\n"
+    assert "h2ping.stats" in imports("h2ping.http2.liveness", source)
+
+
 #: The moves of a connection's state (lifetime.py's), and who makes them.
 STATE_MOVES = {"open", "drain", "end"}
 MOVERS = {
