@@ -74,7 +74,7 @@ def _nothing() -> None:
 
 
 class _NoBody:
-    """The handler of no body: the one between requests' bodies (nothing reaches it)."""
+    """Stands for the handler while no body is being read: nothing reaches it."""
 
     def start(self) -> None:
         pass
@@ -251,7 +251,7 @@ class ClientConnection(asyncio.BufferedProtocol):
                     self._deadline.await_head()
             else:
                 assert isinstance(event, RequestRejected)  # a read's last event
-                self.refuse(event.status, event.reason)
+                self._refuse(event.status, event.reason)
 
     def eof_received(self) -> bool:
         # A client that closes its side has gone away (aiohttp, and nearly every
@@ -301,12 +301,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         if request.has_body:
             self._unfinished = handler  # its body's bytes go to it, then its end
 
-    def refuse(self, status: int, reason: str) -> None:
+    def _refuse(self, status: int, reason: str) -> None:
         """A request we will not forward: answer it once earlier responses are out,
         then close (what follows it on the connection cannot be trusted)."""
         if not self.reader.enter(_REJECTED):
-            # A response closed the connection while the parser went on through
-            # the same bytes: there is nobody to answer, nor a 400 to count.
+            # A response to a request of the same read closed the connection
+            # before this was acted on: there is nobody to answer, nor a 400 to count.
             return
         # Set first: a response that ends while the handlers are told sends it.
         self._rejection = (status, reason)
@@ -346,7 +346,7 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     def _head_too_slow(self) -> None:
         if self.reader.state is _HEAD:
-            self.refuse(408, "request head not received in time")
+            self._refuse(408, "request head not received in time")
         elif not self._pending:
             self.close()  # connected but never sent a byte
 

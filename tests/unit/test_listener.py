@@ -460,3 +460,25 @@ async def test_the_moves_made_are_those_of_the_table() -> None:
     # connection acts on any of it, so only the refusal it hands back last can
     # find the connection closed (by a response to a request of the same read).
     assert refused == {(C, R)}
+
+
+async def test_a_heads_deadline_starts_where_it_began_and_a_trickle_never_moves_it() -> None:
+    client = Client()
+    timer = client.conn._deadline._timer
+    client.send(GET % 1)  # a head read whole: no deadline runs while it is answered
+    assert timer._deadline is None
+    client.handlers[0].answer()
+    await client.output()
+    idle = timer._deadline  # the kept-alive connection's idle wait
+    assert idle is not None
+    await asyncio.sleep(0.01)  # the loop's clock moves on
+    client.send(b"GET /2 HTTP/1.1\r\n")  # a head began: its own deadline, from now
+    head = timer._deadline
+    assert head is not None and head > idle
+    for line in (b"X-A: 1\r\n", b"X-B: 2\r\n"):
+        await asyncio.sleep(0.01)
+        client.send(line)
+        assert timer._deadline == head  # more of the same head: it stays
+    client.send(b"Host: x\r\n\r\n" + GET % 3)  # whole, with a pipelined one behind it
+    assert timer._deadline is None
+    assert len(client.handlers) == 3
