@@ -253,7 +253,6 @@ class ResponseWriter:
         "_mark",
         "_no_body",
         "_output",
-        "_reading",
         "_request",
         "body_bytes",
         "finished",
@@ -265,7 +264,6 @@ class ResponseWriter:
     def __init__(self, conn: ResponseSink, request: Request) -> None:
         self._conn = conn
         self._output = conn.output
-        self._reading = conn.reader
         self._request = request
         self._chunked = False
         self._no_body = False
@@ -405,7 +403,7 @@ class ResponseWriter:
         self.end()
 
     def pause_reading(self) -> None:
-        self._reading.pause_reading()
+        self._conn.reader.pause_reading()  # (the reader's: it owns the switch)
 
     def resume_reading(self) -> None:
-        self._reading.resume_reading()
+        self._conn.reader.resume_reading()
