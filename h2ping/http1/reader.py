@@ -128,7 +128,8 @@ class RequestReader:
     whether its socket is read.
 
     The connection moves it to REJECTED and CLOSED (through :meth:`enter`, as the
-    reader makes its own moves), and reads :attr:`state`; nothing else is shared.
+    reader makes its own moves), reads :attr:`state` and :attr:`paused`, and pauses
+    and resumes its reading, as the responses' writers do; nothing else is shared.
     """
 
     __slots__ = (
