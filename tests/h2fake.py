@@ -172,7 +172,7 @@ class Harness:
         self.changes = 0
         self.stats = Stats()
         self.conn = UpstreamConnection(
-            config(**settings), 1, self._changed, self.stats, observer=reported(self.stats, 1)
+            config(**settings), 1, self._changed, observer=reported(self.stats, 1)
         )
         self.transport = FakeTransport()
         self.server = FakeServer()

@@ -27,8 +27,14 @@ from .accounting import Accounting, RequestLog
 from .body import BUDGET_REACHED
 from .failure import tell_failure
 from .headerlog import HeaderLog
-from .headers import MalformedResponse, header_list_size, request_headers, response_head
-from .headlimit import goes_early, head_refusal
+from .headers import (
+    MalformedResponse,
+    goes_early,
+    head_refusal,
+    header_list_size,
+    request_headers,
+    response_head,
+)
 from .pool import Pool
 from .replay import Replay, ReplayPolicy
 

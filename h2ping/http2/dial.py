@@ -154,7 +154,6 @@ async def connect(
         config,
         conn_id,
         on_change,
-        stats,
         on_age,
         ping_backoff,
         window_budget,

@@ -40,7 +40,6 @@ from h2.errors import ErrorCodes
 from .. import errors
 from ..config import Config
 from ..errors import UpstreamError
-from ..stats import Stats
 from .clocks import ConnectionClocks
 from .engine import ConnectionFault, H2Engine, Heard, new_engine
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
@@ -87,7 +86,6 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         config: Config,
         conn_id: int,
         on_change: Callable[[UpstreamConnection, ConnState], None],
-        stats: Stats,
         on_age: Callable[[UpstreamConnection], None] | None = None,
         ping_backoff: PingBackoff | None = None,
         window_budget: WindowBudget | None = None,
@@ -101,13 +99,12 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.observer = observer
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._stats = stats
         self._read_buffer = memoryview(bytearray(READ_SIZE))
         self.ping_interval, measuring = new_connection_pings(config, ping_backoff)
         self.window = ReceiveWindow(config.max_receive_window, measuring, budget=window_budget)
-        self.clocks = ConnectionClocks(self, config, self.ping_interval, stats, on_age)
+        self.clocks = ConnectionClocks(self, config, self.ping_interval, on_age)
         self.lifetime = self.clocks.lifetime  # its state, and its age and idle clocks
-        self.peer = PeerEventHandler(self, self.clocks.liveness, stats, ping_backoff)
+        self.peer = PeerEventHandler(self, self.clocks.liveness, ping_backoff)
         self._engine: H2Engine = new_engine(self.peer, config.max_response_header_bytes)
         self.outbound: OutboundPump = OutboundPump(self._loop, self._engine)
         self.table = StreamTable(
@@ -167,14 +164,14 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         answered, its clocks run)."""
         if self.lifetime.open():
             self.clocks.start()
-            self._stats.window_pinged(self.window.measuring)  # the preface's: HTTP/2 answered
         self.observer.settings_heard(self._engine.heard.settings or {})
         self._on_change(self, self.lifetime.state)
 
-    def ping(self, payload: bytes) -> None:
-        """Send a PING now; its ACK comes to ``peer`` like any other."""
+    def ping(self, payload: bytes, for_window: bool = False) -> None:
+        """Send a PING now (``for_window``: one that times the round trip for the
+        receive window); its ACK comes to ``peer`` like any other."""
         self._engine.ping(payload)
-        self.observer.ping_sent(payload)
+        self.observer.ping_sent(payload, for_window)
         self.outbound.flush()
 
     def retire(self, reason: str) -> None:
@@ -213,7 +210,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self._engine.start(self.window.announced, connection_window(self.window.cap))
         if (payload := self.window.first_ping()) is not None:
             self._engine.ping(payload)
-            self.observer.ping_sent(payload)
+            self.observer.ping_sent(payload, for_window=True)
         self.outbound.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -228,8 +225,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.lifetime.state is _CLOSED:
             return
         if (payload := self.window.received(len(data))) is not None:
-            self.ping(payload)  # at once: it times the round trip
-            self._stats.window_pinged()
+            self.ping(payload, for_window=True)  # at once: it times the round trip
         self._engine.feed(data)
         self._take_turn()
 

@@ -36,6 +36,23 @@ def test_a_request_goes_from_its_stream_to_the_connection_never() -> None:
     assert not [way for way in returns if "http2/streams > http2/upstream" in way], returns
 
 
+def test_the_http1_side_hands_back_values_and_the_process_is_off_the_way() -> None:
+    """The reader hands back what a read held and the listener acts on it; the
+    response writer tells the listener whether the connection goes on, and turns
+    the reading's switch at the reader: no call goes back into an HTTP/1.1
+    module already on the stack. The listener makes its exchange with the
+    forwarding side's factory: nothing of the process is on a request's way."""
+    legs = asyncio.run(_callpath().trace(16)).legs
+    edges = legs["there"]["edges"] | legs["back"]["edges"]
+    assert ("http1/listener", "http1/reader") in edges  # it was traced
+    assert ("http1/listener", "forward/exchange") in edges  # the listener acts itself
+    assert ("http1/reader", "http1/listener") not in edges, sorted(edges)
+    modules = legs["there"]["modules"] | legs["back"]["modules"]
+    assert not [m for m in modules if m.startswith("process/")], sorted(modules)
+    returns = [way for leg in legs.values() for way in leg["returns"]]
+    assert not [way for way in returns if way.rsplit(" > ", 1)[1].startswith("http1/")], returns
+
+
 def test_the_http2_side_makes_no_round_trip_on_a_requests_way() -> None:
     """Through the HTTP/2 side a request goes one way: nothing calls back into an
     ``http2/`` module it left. The inbound schedule gives the connection a budget

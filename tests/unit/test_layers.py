@@ -7,8 +7,10 @@ dispatch to it, while the check imports nothing of the process layer.
 
 Then the rules of ownership, read from the code: one writer for each piece of
 state, no reach into another module's private names, no class built on a class of
-another package; and one direction through an upstream connection: what the peer
-says and the stream table never end it, and only the connection moves its state."""
+another package; one direction through an upstream connection: what the peer
+says and the stream table never end it, and only the connection moves its state;
+and one through a client connection: its request reader hands back values and
+calls nothing of the connection's."""
 
 from __future__ import annotations
 
@@ -534,6 +536,36 @@ def test_the_end_guard_lets_a_stream_close_and_reports_through() -> None:
     assert not end_calls(source)
 
 
+#: The parts of one upstream connection: what happens in its life they tell its
+#: observer (``http2/observer.py``), which counts and logs it; none counts it itself.
+CONNECTION_PARTS = (
+    "upstream",
+    "peerevents",
+    "clocks",
+    "liveness",
+    "lifetime",
+    "writeblock",
+    "streams",
+    "inbound",
+    "outbound",
+    "windows",
+)
+
+
+def test_a_connections_life_is_counted_by_its_observer_alone() -> None:
+    counting = {
+        part: "h2ping.stats"
+        for part in CONNECTION_PARTS
+        if "h2ping.stats" in GRAPH[f"h2ping.http2.{part}"]
+    }
+    assert not counting, counting
+
+
+def test_the_counting_guard_sees_a_part_import_the_counters() -> None:
+    source = "from ..stats import Stats\n"
+    assert "h2ping.stats" in imports("h2ping.http2.liveness", source)
+
+
 #: The moves of a connection's state (lifetime.py's), and who makes them.
 STATE_MOVES = {"open", "drain", "end"}
 MOVERS = {
@@ -832,6 +864,51 @@ def test_the_private_state_guard_sees_a_reach() -> None:
     assert not others_private_reads("def f(conn):\n    return getattr(conn, 'out', None)\n")
     owner = "class Q:\n    def __init__(self):\n        self._out = []\n"
     assert not others_private_reads(owner + "def f(q):\n    return q._out\n")
+
+
+def reader_callbacks(source: str) -> list[str]:
+    """How ``source`` could call back into whoever feeds it: an interface it
+    declares for its caller to implement (a ``Protocol``), or a class made with
+    something to call (an ``__init__`` that takes more than ``self``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        if any(ast.unparse(base).endswith("Protocol") for base in node.bases):
+            found.append(f"line {node.lineno}: {node.name} is an interface for its caller")
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                arguments = item.args
+                taken = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs][1:]
+                if taken or arguments.vararg or arguments.kwarg:
+                    found.append(f"line {item.lineno}: {node.name} is made with something")
+    return found
+
+
+def test_the_request_reader_hands_back_values_and_calls_no_one_above() -> None:
+    """The client connection feeds its reader and acts on what it hands back (as
+    h11's events): the reader is made with nothing and declares no interface for
+    the connection to implement, so nothing it parses calls back up into the
+    connection while the connection's call into it is under way."""
+    assert reader_callbacks((PACKAGE / "http1" / "reader.py").read_text()) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "class ReadEvents(Protocol):\n    def request_read(self, request): ...\n",
+        "class Events(typing.Protocol):\n    pass\n",
+        "class RequestReader:\n    def __init__(self, events):\n        self._events = events\n",
+        "class RequestReader:\n    def __init__(self, *, on_request):\n        pass\n",
+    ],
+)
+def test_the_reader_guard_sees_a_way_back_up(source: str) -> None:
+    assert reader_callbacks(source)
+
+
+def test_the_reader_guard_lets_a_reader_of_its_own_through() -> None:
+    source = "class RequestReader:\n    def __init__(self):\n        self.state = 1\n"
+    assert not reader_callbacks(source)
 
 
 # A schedule says when; the connection acts. The inbound schedule is given one

@@ -369,7 +369,7 @@ async def test_a_dying_connection_is_not_handed_to_a_waiting_request(death: str)
     ):  # type: ignore[no-untyped-def]
         if dialled:
             await never  # the second connection never comes up
-        conn = UpstreamConnection(cfg, conn_id, on_change, stats, on_age)
+        conn = UpstreamConnection(cfg, conn_id, on_change, on_age)
         conn.connection_made(FakeTransport())
         conn.data_received(FakeServer.settings(max_concurrent_streams=1))
         dialled.append(conn)

@@ -25,7 +25,6 @@ from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState, Upstream
 from h2ping.http2.upstream import PROVISIONAL_HEADER_LIST, ConnState, UpstreamConnection
 from h2ping.http2.windows import CONNECTION_WINDOW, UNMEASURED_WINDOW
 from h2ping.http2.writeblock import WriteBlock
-from h2ping.stats import Stats
 
 from ..fakeloop import FakeLoop
 from ..fakes import FakeTransport
@@ -41,7 +40,7 @@ from ..h2fake import (
 
 
 async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> None:
-    conn = UpstreamConnection(config(), 1, lambda c, s: None, Stats())
+    conn = UpstreamConnection(config(), 1, lambda c, s: None)
     transport = FakeTransport()
     conn.connection_made(transport)
     frames = transport.frames()
@@ -67,7 +66,7 @@ async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> Non
 async def test_a_stream_sent_behind_the_preface_fails_as_the_setup_does() -> None:
     """The peer closes before its SETTINGS: the early stream fails with the words
     the dial's own error has, and the connection offers no slot any more."""
-    conn = UpstreamConnection(config(), 1, lambda c, s: None, Stats())
+    conn = UpstreamConnection(config(), 1, lambda c, s: None)
     conn.connection_made(FakeTransport())
     sink = RecordingSink()
     conn.table.try_reserve().open(REQUEST, sink, end_stream=True)  # type: ignore[union-attr]
@@ -173,7 +172,7 @@ async def test_a_slot_says_its_peers_header_list_limit() -> None:
 
 
 async def test_before_the_peers_settings_a_slot_says_the_provisional_limit() -> None:
-    conn = UpstreamConnection(config(), 1, lambda conn, s: None, Stats())
+    conn = UpstreamConnection(config(), 1, lambda conn, s: None)
     conn.connection_made(FakeTransport())
     slot = conn.table.try_reserve()  # the one behind the preface
     assert slot is not None and slot.header_list_limit == PROVISIONAL_HEADER_LIST
@@ -535,7 +534,7 @@ async def test_the_write_deadline_ends_with_the_connection(monkeypatch: pytest.M
 async def test_a_slot_reserved_before_settings_that_allow_no_streams_is_lost_not_a_crash() -> None:
     """Taken behind the preface, used once the peer's SETTINGS said 0: nothing is
     sent, and the request asks the pool again."""
-    conn = UpstreamConnection(config(), 1, lambda c, s: None, Stats())
+    conn = UpstreamConnection(config(), 1, lambda c, s: None)
     transport = FakeTransport()
     conn.connection_made(transport)
     slot = conn.table.try_reserve()
