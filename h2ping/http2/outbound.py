@@ -41,6 +41,11 @@ class OutboundPump:
         self.opened: dict[UpstreamStream | None, None] = {}
         self._unflushed = 0  # DATA bytes framed since the last write (PUMP_BATCH)
         self._write_paused = False
+        #: How much request body may become DATA frames before the next write,
+        #: over all the streams: PUMP_BATCH less what was framed since the last
+        #: write; nothing while the transport has paused writing. A stream frames
+        #: its body within it (read, not asked: it is a value kept here).
+        self.budget = PUMP_BATCH
         self._pumps_scheduled = False
         self._flush_scheduled = False
 
@@ -49,20 +54,22 @@ class OutboundPump:
 
     # ------------------------------------------------------------ request bodies
     #
-    # A stream whose body grew frames it at once, within budget(), and says what
+    # A stream whose body grew frames it at once, within budget, and says what
     # came of it (framed); the turns here (the next loop turn, a window opened,
     # the socket drained) frame a waiting stream's body the same way (_pump).
     # Either way one side drives and the other is told values.
 
-    def budget(self) -> int:
-        """How much request body may become DATA frames before the next write
-        (over all the streams): nothing while the transport has paused writing."""
-        return 0 if self._write_paused else PUMP_BATCH - self._unflushed
-
-    def framed(self, stream: UpstreamStream, nbytes: int, spent: bool, queued: bool) -> None:
+    def framed(
+        self, stream: UpstreamStream, nbytes: int, spent: bool, queued: bool, ready: bool = False
+    ) -> None:
         """``stream`` framed ``nbytes`` of its body; ``spent``: the budget stopped
-        it; ``queued``: body still waits (it takes its turn here)."""
+        it; ``queued``: body still waits (it takes its turn here); ``ready``: its
+        queue fell below SEND_LOW_WATER as its sink added to it, which the sink
+        hears from the loop (it is amid its own call)."""
+        if ready:
+            self._loop.call_soon(_tell_ready, stream)
         self._unflushed += nbytes
+        self.budget -= nbytes
         if queued:
             if spent and not self._write_paused:  # to the back: the others go first
                 self._blocked.pop(stream, None)
@@ -76,7 +83,7 @@ class OutboundPump:
     def _pump(self, stream: UpstreamStream) -> None:
         """A waiting stream's turn: its queued body into DATA frames as far as
         windows allow."""
-        framed, spent, ready, queued = stream.frame_body(self.budget())
+        framed, spent, ready, queued = stream.frame_body(self.budget)
         self.framed(stream, framed, spent, queued)
         if ready:
             stream.got_send_ready()
@@ -125,9 +132,11 @@ class OutboundPump:
     def pause_writing(self) -> None:
         # The socket buffer is full: stop turning request bodies into frames.
         self._write_paused = True
+        self.budget = 0
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self.budget = PUMP_BATCH - self._unflushed
         self._pump_blocked()
 
     # ------------------------------------------------------------- window credit
@@ -149,6 +158,15 @@ class OutboundPump:
         """Hand everything the engine has queued to the transport, in one write."""
         self._flush_scheduled = False
         self._unflushed = 0
+        self.budget = 0 if self._write_paused else PUMP_BATCH
         data = self._engine.data_to_send()
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
+
+
+def _tell_ready(stream: UpstreamStream) -> None:
+    """A stream's queue fell below SEND_LOW_WATER while its sink sent on it: the
+    sink may send again, unless the stream ended meanwhile or its queue went
+    past the high mark again (then it hears so when the queue falls again)."""
+    if not stream.closed and not stream.backlogged:
+        stream.got_send_ready()

@@ -83,11 +83,14 @@ class StreamSink(Protocol):
 class BodyPump(Protocol):
     """What the streams tell their connection's writing
     (:class:`~h2ping.http2.outbound.OutboundPump`, which imports this module):
-    a stream frames its own body within ``budget()`` and says what came of it
+    a stream frames its own body within its ``budget`` and says what came of it
     (``framed``); the pump's own turns frame a waiting stream's body the same way."""
 
-    def budget(self) -> int: ...
-    def framed(self, stream: UpstreamStream, nbytes: int, spent: bool, queued: bool) -> None: ...
+    budget: int
+
+    def framed(
+        self, stream: UpstreamStream, nbytes: int, spent: bool, queued: bool, ready: bool
+    ) -> None: ...
     def schedule_flush(self) -> None: ...
     def forget(self, stream: UpstreamStream) -> None: ...
     def give_credit(self, stream_id: int, nbytes: int) -> None: ...
@@ -172,12 +175,12 @@ class UpstreamStream:
 
     def _pump(self) -> None:
         """Frame what the body has for the peer now, within the write's share
-        (the pump's ``budget``), and tell the pump what came of it."""
+        (the pump's ``budget``), and tell the pump what came of it. The sink,
+        which is amid its ``send`` or ``end``, hears that it may send again
+        (``on_send_ready``) from the pump's next turn, not from within."""
         outbound = self.table.outbound
-        framed, spent, ready, queued = self.frame_body(outbound.budget())
-        outbound.framed(self, framed, spent, queued)
-        if ready:
-            self.got_send_ready()
+        framed, spent, ready, queued = self.frame_body(outbound.budget)
+        outbound.framed(self, framed, spent, queued, ready)
 
     def ack(self, nbytes: int) -> None:
         """Give ``nbytes`` of response data back to the peer as window credit,

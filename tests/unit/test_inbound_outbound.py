@@ -175,6 +175,7 @@ class Stream:
         self.budgets: list[int] = []
         self.sink = Sink()
         self.closed = False
+        self.backlogged = False
 
     def got_send_ready(self) -> None:
         self.sink.on_send_ready()
@@ -190,10 +191,8 @@ class Stream:
 
     def pump(self, outbound: OutboundPump) -> None:
         """As UpstreamStream's own: frame within the pump's budget, tell it the values."""
-        framed, spent, ready, queued = self.frame_body(outbound.budget())
-        outbound.framed(self, framed, spent, queued)  # type: ignore[arg-type]
-        if ready:
-            self.got_send_ready()
+        framed, spent, ready, queued = self.frame_body(outbound.budget)
+        outbound.framed(self, framed, spent, queued, ready)  # type: ignore[arg-type]
 
 
 def pump() -> tuple[OutboundPump, FakeTransport, H2Engine]:

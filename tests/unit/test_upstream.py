@@ -235,6 +235,22 @@ async def test_request_body_waits_for_window_updates() -> None:
     assert sink.send_ready == 1  # below the low-water mark: the client's reads resume
 
 
+async def test_a_sink_hears_it_may_send_again_from_the_loop_not_within_its_send() -> None:
+    """The queue falls below the low mark within the sink's own send (a write
+    went out since the rest waited): the stream tells the pump, and the sink
+    hears it in the loop's next turn, not from inside the call it is making."""
+    h = Harness(window=1_000_000)
+    h.feed(h.server.window_update(0, 1_000_000))
+    stream, sink = h.open(end_stream=False)
+    stream.send(b"x" * (PUMP_BATCH + 2 * SEND_LOW_WATER))  # a batch framed, the rest waits
+    assert stream.pending_bytes == 2 * SEND_LOW_WATER
+    h.conn.outbound.flush()  # the write: the next batch may be framed
+    stream.send(b"y")  # frames all that waited
+    assert stream.pending_bytes == 0 and sink.send_ready == 0
+    await asyncio.sleep(0)
+    assert sink.send_ready == 1
+
+
 async def test_a_full_socket_buffer_stops_turning_body_into_frames() -> None:
     h = Harness(window=2**31 - 1)
     h.feed(h.server.window_update(0, 2**31 - 1 - 65535))
