@@ -157,8 +157,10 @@ class OutboundPump:
     def flush(self) -> None:
         """Hand everything the engine has queued to the transport, in one write."""
         self._flush_scheduled = False
-        self._unflushed = 0
-        self.budget = 0 if self._write_paused else PUMP_BATCH
+        if self._unflushed:  # bodies were framed since the last write: a new batch
+            self._unflushed = 0
+            if not self._write_paused:
+                self.budget = PUMP_BATCH
         data = self._engine.data_to_send()
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
