@@ -148,8 +148,10 @@ class RecordingSink:
         self.status = int(dict(headers)[b":status"])
         self.end_stream_with_headers = end_stream
 
-    def on_data(self, data: bytes, flow_controlled_length: int) -> None:
+    def on_data(self, data: bytes, flow_controlled_length: int) -> int:
+        """Holds every credit (a client that reads nothing yet): returns none."""
         self.data += data
+        return 0
 
     def on_end(self) -> None:
         self.ended = True
@@ -181,7 +183,7 @@ class Harness:
             self.server.settings(ack=True),  # our windows apply from the peer's ACK on
         )
 
-    def _changed(self, conn: UpstreamConnection) -> None:
+    def _changed(self, conn: UpstreamConnection, state: ConnState) -> None:
         self.changes += 1
 
     def feed(self, *chunks: bytes) -> None:

@@ -91,7 +91,7 @@ def _quiet(config: Config) -> Config:
     return dataclasses.replace(config, ping_interval=0, idle_conn_timeout=0, max_conn_age=0)
 
 
-def _no_news(conn: UpstreamConnection) -> None:
+def _no_news(conn: UpstreamConnection, state: ConnState) -> None:
     """What a pool hears of its connections: the check hears it as the connection's observer."""
 
 
@@ -323,9 +323,8 @@ class _ResponseHead:
         if not self.received.done():
             self.received.set_result((list(headers), time.perf_counter()))
 
-    def on_data(self, data: bytes, flow_controlled_length: int) -> None:
-        if self.stream is not None:
-            self.stream.ack(flow_controlled_length)
+    def on_data(self, data: bytes, flow_controlled_length: int) -> int:
+        return flow_controlled_length  # read and dropped: all of its credit goes back
 
     def on_end(self) -> None:
         pass

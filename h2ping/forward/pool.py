@@ -149,9 +149,10 @@ class Pool:
                 return slot
         return None
 
-    def _on_conn_change(self, conn: UpstreamConnection) -> None:
-        """A connection opened, freed a slot, stopped taking streams or closed."""
-        if conn.state is ConnState.CLOSED and conn in self._conns:
+    def _on_conn_change(self, conn: UpstreamConnection, state: ConnState) -> None:
+        """A connection opened, freed a slot, stopped taking streams or closed:
+        it is in ``state`` now (told, not read back from it)."""
+        if state is ConnState.CLOSED and conn in self._conns:
             self._conns.remove(conn)
             self._answered_before += conn.answered
         elif self._growth.refusal is not None and conn.table.max_streams > 0:

@@ -84,10 +84,6 @@ class PeerEventHandler:
         del self._conn, self._liveness
         self._ping_backoff = None
 
-    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
-        # An abandoned stream's data still counts against the connection window.
-        self._conn.outbound.give_credit(stream_id, flow_controlled_length)
-
     def on_window_update(self, stream_id: int) -> None:
         conn = self._conn
         if not stream_id:

@@ -85,7 +85,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self,
         config: Config,
         conn_id: int,
-        on_change: Callable[[UpstreamConnection], None],
+        on_change: Callable[[UpstreamConnection, ConnState], None],
         on_age: Callable[[UpstreamConnection], None] | None = None,
         ping_backoff: PingBackoff | None = None,
         window_budget: WindowBudget | None = None,
@@ -118,9 +118,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self._drained,
             config.max_streams_per_conn,
         )
-        self._inbound = InboundTurns(
-            self._loop, self._take_batch, self._backlog_ready, self.lifetime.ended, self.table.count
-        )
+        self._inbound = InboundTurns(self._loop, self._take_turn)
 
     @property
     def state(self) -> ConnState:
@@ -167,7 +165,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.lifetime.open():
             self.clocks.start()
         self.observer.settings_heard(self._engine.heard.settings or {})
-        self._on_change(self)
+        self._on_change(self, self.lifetime.state)
 
     def ping(self, payload: bytes, for_window: bool = False) -> None:
         """Send a PING now (``for_window``: one that times the round trip for the
@@ -180,7 +178,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         """Take no new streams; close cleanly (GOAWAY NO_ERROR) once the last ends:
         now, if none is in flight, else when the table says it is drained."""
         if self.lifetime.drain(reason):
-            self._on_change(self)
+            self._on_change(self, ConnState.DRAINING)
             if not self.table.busy:
                 self.close(reason)
 
@@ -229,7 +227,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if (payload := self.window.received(len(data))) is not None:
             self.ping(payload, for_window=True)  # at once: it times the round trip
         self._engine.feed(data)
-        self._inbound.arrived()
+        self._take_turn()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.observer.socket_lost(exc, by_peer=self.lifetime.state is not ConnState.CLOSED)
@@ -257,8 +255,16 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.clocks.writes.resumed()
 
-    def _backlog_ready(self) -> bool:
-        return self._engine.ready
+    def _take_turn(self, scheduled: bool = False) -> None:
+        """Handle what arrived, as much as the inbound schedule's budget says,
+        and tell it what came of it. It schedules the rest: the loop calls this
+        again next iteration (``scheduled``)."""
+        budget = self._inbound.budget(self.table.count(), scheduled)
+        if budget is None:
+            return  # a turn is scheduled: it takes these bytes too
+        taken = self._take_batch(budget)
+        if self.lifetime.state is not _CLOSED:
+            self._inbound.took(taken, self._engine.ready)
 
     def _take_batch(self, budget: int = INBOUND_BATCH) -> int:
         """Handle about ``budget`` bytes of frames; return how many."""
@@ -269,6 +275,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             return 0
         if self.lifetime.state is _CLOSED:
             return 0
+        if self.outbound.opened:  # the peer opened windows: request bodies go on
+            self.outbound.pump_opened()
         self.outbound.flush()
         return taken
 
@@ -302,7 +310,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self._transport.abort()
         self.table.fail_all(error)
         self.observer.closed(self.close_reason)
-        self._on_change(self)
+        self._on_change(self, ConnState.CLOSED)
         self._loop.call_soon(_let_go, self)
 
     def __repr__(self) -> str:

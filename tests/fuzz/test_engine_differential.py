@@ -96,10 +96,11 @@ class AckingSink(RecordingSink):
     def on_response(self, headers: list[Header], end_stream: bool) -> None:
         self.responses.append([*headers, (b"end", b"%d" % end_stream)])
 
-    def on_data(self, data: bytes, flow_controlled_length: int) -> None:
+    def on_data(self, data: bytes, flow_controlled_length: int) -> int:
         super().on_data(data, flow_controlled_length)
-        if not self.holding and self.stream is not None:
-            self.stream.ack(flow_controlled_length)
+        if self.holding or self.stream is None:
+            return 0
+        return flow_controlled_length  # taken at once: the engine gives it back
 
 
 class Written:

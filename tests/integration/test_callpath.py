@@ -51,3 +51,35 @@ def test_the_http1_side_hands_back_values_and_the_process_is_off_the_way() -> No
     assert not [m for m in modules if m.startswith("process/")], sorted(modules)
     returns = [way for leg in legs.values() for way in leg["returns"]]
     assert not [way for way in returns if way.rsplit(" > ", 1)[1].startswith("http1/")], returns
+
+
+def test_the_http2_side_makes_no_round_trip_on_a_requests_way() -> None:
+    """Through the HTTP/2 side a request goes one way: nothing calls back into an
+    ``http2/`` module it left. The inbound schedule gives the connection a budget
+    and is told what was taken; a stream returns the credit its client took at
+    once and the engine gives it back; a stream frames its own body and tells the
+    writing what came of it; the pool is told a connection's state with its news;
+    windows the peer opens amid a batch are pumped after it; a sink that sends on
+    its stream hears that it may send again from the loop. With a body of a few
+    hundred kilobytes too: the request body waits on the peer's windows, the
+    response comes in several turns."""
+    for body in (16, 300_000):
+        legs = asyncio.run(_callpath().trace(body)).legs
+        assert set(legs) == {"there", "back"}
+        edges = legs["there"]["edges"] | legs["back"]["edges"]
+        assert ("http2/upstream", "http2/inbound") in edges  # it was traced
+        assert ("http2/engine", "http2/streams") in edges
+        returns = [way for leg in legs.values() for way in leg["returns"]]
+        assert not [way for way in returns if _through_http2(way)], (body, returns)
+
+
+def _through_http2(way: str) -> bool:
+    """Whether a return (``a > b > ... > module.function``) went back into a module
+    through the HTTP/2 side: an ``http2/`` module called back into, or one between
+    the module's frame on the stack and the call back into it."""
+    *stack, last = way.split(" > ")
+    module = last.rpartition(".")[0]
+    if module.startswith("http2/"):
+        return True
+    left = len(stack) - 1 - stack[::-1].index(module)
+    return any(m.startswith("http2/") for m in stack[left + 1 :])

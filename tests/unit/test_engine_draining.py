@@ -43,15 +43,13 @@ class Events:
     def on_window_update(self, stream_id: int) -> None:
         pass
 
-    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
-        pass
-
     # StreamEvents of stream 1
     def got_response(self, headers: list[Header], end_stream: bool) -> None:
         pass
 
-    def got_data(self, data: bytes, flow_controlled_length: int) -> None:
+    def got_data(self, data: bytes, flow_controlled_length: int) -> int:
         self.data += data
+        return 0
 
     def got_end(self) -> None:
         self.ended = True

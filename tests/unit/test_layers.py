@@ -909,3 +909,74 @@ def test_the_reader_guard_sees_a_way_back_up(source: str) -> None:
 def test_the_reader_guard_lets_a_reader_of_its_own_through() -> None:
     source = "class RequestReader:\n    def __init__(self):\n        self.state = 1\n"
     assert not reader_callbacks(source)
+
+
+# A schedule says when; the connection acts. The inbound schedule is given one
+# callable of its connection's (its turn), which it hands to the loop and never
+# calls: a call from the schedule would run the connection's batch (the engine,
+# the streams, the clients) under the schedule's frame, which the connection had
+# called to ask for its budget: a round trip through the calls, and one more
+# place where the order of things is decided.
+SCHEDULES = {"h2ping.http2.inbound": "InboundTurns"}
+
+
+def callbacks_called(source: str, cls: str) -> list[str]:
+    """Calls ``cls`` makes of the callables its ``__init__`` was given (parameters
+    annotated ``Callable[...]``, kept as ``self.<name>``): handing one to the loop
+    (``call_soon(self._turn, ...)``) is no call."""
+    tree = ast.parse(source)
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ClassDef) and node.name == cls):
+            continue
+        given: set[str] = set()
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                taken = {
+                    a.arg
+                    for a in item.args.args
+                    if a.annotation is not None and "Callable" in ast.unparse(a.annotation)
+                }
+                for sub in ast.walk(item):
+                    if (
+                        isinstance(sub, ast.Assign)
+                        and isinstance(sub.value, ast.Name)
+                        and sub.value.id in taken
+                    ):
+                        given |= {t.attr for t in sub.targets if isinstance(t, ast.Attribute)}
+        for sub in ast.walk(node):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id == "self"
+                and sub.func.attr in given
+            ):
+                found.append(f"line {sub.lineno}: {ast.unparse(sub)}")
+    return found
+
+
+def test_a_schedule_hands_its_connections_turn_to_the_loop_and_never_calls_it() -> None:
+    """The connection asks its inbound schedule for a budget and tells it what it
+    took (values); the schedule calls the connection only from the loop."""
+    found = {
+        name: calls
+        for name, cls in SCHEDULES.items()
+        if (calls := callbacks_called(MODULES[name].read_text(), cls))
+    }
+    assert not found, found
+
+
+def test_the_schedule_guard_sees_a_call_of_what_it_was_given() -> None:
+    init = (
+        "class S:\n"
+        "    def __init__(self, loop, turn: Callable[[bool], None], n: int) -> None:\n"
+        "        self._loop = loop\n"
+        "        self._turn = turn\n"
+        "        self._n = n\n"
+    )
+    assert callbacks_called(init + "    def f(self):\n        self._turn(True)\n", "S")
+    assert not callbacks_called(
+        init + "    def f(self):\n        self._loop.call_soon(self._turn, True)\n", "S"
+    )
+    assert not callbacks_called(init + "    def f(self):\n        self._loop.time()\n", "S")

@@ -77,7 +77,7 @@ class Recorder:
 
 
 def _open(recorder: Recorder) -> tuple[UpstreamConnection, FakeServer]:
-    conn = UpstreamConnection(config(), 1, lambda c: None, observer=recorder)
+    conn = UpstreamConnection(config(), 1, lambda c, s: None, observer=recorder)
     conn.connection_made(FakeTransport())
     server = FakeServer()
     conn.data_received(server.settings(max_concurrent_streams=5))
@@ -138,7 +138,7 @@ async def test_an_observer_may_end_the_connection_from_a_hook() -> None:
     """The check ends a connection whose peer sent GOAWAY before its SETTINGS:
     the connection's own handling of the GOAWAY then finds it ended."""
     recorder = Recorder()
-    conn = UpstreamConnection(config(), 1, lambda c: None, observer=recorder)
+    conn = UpstreamConnection(config(), 1, lambda c, s: None, observer=recorder)
     conn.connection_made(FakeTransport())
     ready = conn.wait_ready()
 
@@ -159,7 +159,7 @@ async def test_an_observer_may_end_the_connection_from_a_hook() -> None:
 
 
 async def test_a_connection_nobody_watches_tells_the_one_no_op_observer() -> None:
-    conn = UpstreamConnection(config(), 1, lambda c: None)
+    conn = UpstreamConnection(config(), 1, lambda c, s: None)
     assert conn.observer is UNOBSERVED
 
 
@@ -170,7 +170,7 @@ async def test_the_proxys_observers_count_and_log_a_goaway_then_tell_the_others(
     the connection tells them, then the observer it was given besides."""
     caplog.set_level(logging.INFO, logger="h2ping")
     stats, recorder = Stats(), Recorder()
-    conn = UpstreamConnection(config(), 7, lambda c: None, observer=reported(stats, 7, recorder))
+    conn = UpstreamConnection(config(), 7, lambda c, s: None, observer=reported(stats, 7, recorder))
     conn.connection_made(FakeTransport())
     server = FakeServer()
     conn.data_received(server.settings(max_concurrent_streams=5))
@@ -206,7 +206,7 @@ async def test_a_dead_peer_is_told_before_its_streams_fail_then_counted_and_logg
     conn = UpstreamConnection(
         config(ping_interval=0.02, ping_timeout=0.03),
         4,
-        lambda c: None,
+        lambda c, s: None,
         observer=reported(stats, 4, recorder),
     )
     conn.connection_made(FakeTransport())
@@ -233,7 +233,7 @@ async def test_an_idle_connection_is_told_before_it_closes_then_logged(
     conn = UpstreamConnection(
         config(idle_conn_timeout=0.05),
         5,
-        lambda c: None,
+        lambda c, s: None,
         observer=reported(Stats(), 5, recorder),
     )
     conn.connection_made(FakeTransport())
@@ -252,7 +252,7 @@ async def test_a_keepalive_ack_carries_its_round_trip_and_a_window_ack_widens() 
     conn = UpstreamConnection(
         config(ping_interval=0.02, ping_timeout=5.0),
         6,
-        lambda c: None,
+        lambda c, s: None,
         observer=reported(stats, 6, recorder),
     )
     transport = FakeTransport()

@@ -46,7 +46,7 @@ class FakeConn:
     def __init__(
         self,
         conn_id: int,
-        on_change: Callable[[Any], None],
+        on_change: Callable[[Any, ConnState], None],
         on_age: Callable[[Any], None],
         max_streams: int,
     ) -> None:
@@ -94,7 +94,7 @@ class FakeConn:
         self.notify()
 
     def notify(self) -> None:
-        self._on_change(self)
+        self._on_change(self, self.state)
 
 
 class FakeDialer:
@@ -112,7 +112,7 @@ class FakeDialer:
         cfg: object,
         ssl_context: object,
         conn_id: int,
-        on_change: Callable[[Any], None],
+        on_change: Callable[[Any, ConnState], None],
         stats: Stats,
         on_age: Callable[[Any], None],
         ping_backoff: object = None,

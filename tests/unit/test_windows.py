@@ -141,7 +141,7 @@ def connection(
         conn = UpstreamConnection(
             config(ping_interval=60.0, max_receive_window=CAP),
             1,
-            lambda c: None,
+            lambda c, s: None,
             window_budget=budget,
             observer=reported(stats or Stats(), 1),
         )
@@ -186,7 +186,7 @@ async def test_the_preface_carries_the_floor_and_a_ping_and_the_ack_widens_every
 
 
 async def test_with_pings_off_nothing_is_measured() -> None:
-    conn = UpstreamConnection(config(ping_interval=0.0), 1, lambda c: None)
+    conn = UpstreamConnection(config(ping_interval=0.0), 1, lambda c, s: None)
     transport = FakeTransport()
     conn.connection_made(transport)
     preface = transport.frames()
@@ -200,10 +200,10 @@ async def test_after_a_server_punished_pings_new_connections_measure_nothing() -
     send no measuring PING either, and keep the unmeasured window."""
     stats = Stats()
     backoff = PingBackoff(60.0, stats)
-    before = UpstreamConnection(config(ping_interval=60.0), 1, lambda c: None, None, backoff)
+    before = UpstreamConnection(config(ping_interval=60.0), 1, lambda c, s: None, None, backoff)
     assert before.window.measuring
     backoff.punished(1, 60.0)
-    after = UpstreamConnection(config(ping_interval=60.0), 2, lambda c: None, None, backoff)
+    after = UpstreamConnection(config(ping_interval=60.0), 2, lambda c, s: None, None, backoff)
     transport = FakeTransport()
     after.connection_made(transport)
     assert not after.window.measuring and not of(PingFrame, transport.frames())

@@ -27,8 +27,12 @@ is the only holder of them: it gives the engine one way to find who hears a
 stream (:meth:`H2Engine.heard_through`, the table's lookup by id), which the
 engine and its flood guard only read through. A stream the table no longer
 holds is nobody's: what the peer still sends on it is dropped, its DATA's credit
-goes back to the connection (:meth:`PeerEvents.on_unclaimed_data`), and the
-flood guard charges small frames on it.
+goes back to the connection's window, and the flood guard charges small frames on it.
+
+Credit: what a stream's client took at once comes back from the stream as the
+value its ``got_data`` returns, and the engine gives it back to the peer's
+windows itself; the connection writes the WINDOW_UPDATEs after the batch.
+Credit given later (a slow client drained) comes through :meth:`H2Engine.give_credit`.
 
 Where plain h2 differs from the fast layer, it does what h2 does:
 
@@ -105,7 +109,10 @@ class StreamEvents(Protocol):
 
     def got_informational(self, headers: list[Header]) -> None: ...
     def got_response(self, headers: list[Header], end_stream: bool) -> None: ...
-    def got_data(self, data: bytes, flow_controlled_length: int) -> None: ...
+    def got_data(self, data: bytes, flow_controlled_length: int) -> int:
+        """Returns the credit to give back now (the engine does: see ``_release``)."""
+        ...
+
     def got_end(self) -> None: ...
     def got_reset(self, error_code: int) -> None: ...
     def got_fault(self, error: str, detail: str) -> None:
@@ -114,9 +121,6 @@ class StreamEvents(Protocol):
 
 class PeerEvents(Protocol):
     """What the peer said to the connection itself, in frame order."""
-
-    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
-        """DATA on a stream nobody hears: its credit is still the connection's."""
 
     def on_window_update(self, stream_id: int) -> None: ...
     def on_settings(self, max_concurrent_streams: int, initial_window_changed: bool) -> None: ...
@@ -128,9 +132,6 @@ class PeerEvents(Protocol):
 
 class _Deaf:
     """The :class:`PeerEvents` of an engine whose connection ended: nobody listens."""
-
-    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
-        pass
 
     def on_window_update(self, stream_id: int) -> None:
         pass
@@ -338,9 +339,12 @@ class H2Engine:
         try:
             stream = self._hear(stream_id)
             if stream is not None:
-                stream.got_data(data, length)
-            else:
-                self._events.on_unclaimed_data(stream_id, length)
+                # What its client took at once goes back to the peer's windows
+                # here; the connection writes it after the batch.
+                if taken := stream.got_data(data, length):
+                    self.give_credit(stream_id, taken)
+            else:  # nobody's: its credit still counts against the connection's window
+                self.give_credit(stream_id, length)
         except Exception:  # a bug serving one stream must not end the others
             self._events.on_internal_error(stream_id)
 
