@@ -1,6 +1,8 @@
 """A request's way through the modules (``tools/callpath.py``), read from the calls
-of a real request through the proxy to the scripted upstream: the stream table
-lives with its streams and tells the connection nothing on a request's way."""
+of a real request through the proxy to the scripted upstream: it goes one way,
+from the client's bytes to the upstream's socket and back, and never calls back
+into a module it left; the stream table lives with its streams and tells the
+connection nothing on a request's way."""
 
 from __future__ import annotations
 
@@ -20,6 +22,18 @@ def _callpath() -> ModuleType:
     sys.modules["callpath"] = module
     spec.loader.exec_module(module)
     return module
+
+
+def test_a_request_never_returns_to_a_module_it_left() -> None:
+    """Both ways, with a small body and with one that waits on the peer's windows
+    and comes back in several turns: no call goes back into a module already on
+    the stack below another module's frame."""
+    for body in (16, 300_000):
+        legs = asyncio.run(_callpath().trace(body)).legs
+        assert set(legs) == {"there", "back"}
+        assert legs["there"]["calls"] and legs["back"]["calls"]  # it was traced
+        assert legs["there"]["returns"] == [], (body, legs["there"]["returns"])
+        assert legs["back"]["returns"] == [], (body, legs["back"]["returns"])
 
 
 def test_a_request_goes_from_its_stream_to_the_connection_never() -> None:
