@@ -237,7 +237,12 @@ class ClientConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         # What the read held, in order (see reader.ReadEvent): most often one
         # request, or a body's bytes.
-        for event in self.reader.feed(self._read_buffer[:nbytes]):
+        reader = self.reader
+        for event in reader.feed(self._read_buffer[:nbytes]):
+            if reader.state is _CLOSED:
+                # An answer to what came before closed the connection (the proxy's
+                # own error): nothing after it is made, nothing of it goes upstream.
+                break
             if isinstance(event, bytes):
                 self._unfinished.feed_body(event)
             elif isinstance(event, Request):
@@ -305,9 +310,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         """A request we will not forward: answer it once earlier responses are out,
         then close (what follows it on the connection cannot be trusted)."""
         if not self.reader.enter(_REJECTED):
-            # A response to a request of the same read closed the connection
-            # before this was acted on: there is nobody to answer, nor a 400 to count.
-            return
+            return  # reading has ended already: nobody to answer, nor a 400 to count
         # Set first: a response that ends while the handlers are told sends it.
         self._rejection = (status, reason)
         log.info("client request rejected: %d %s", status, reason)

@@ -456,10 +456,10 @@ async def test_the_moves_made_are_those_of_the_table() -> None:
     # Every move of the table is made, but one: UPGRADING lasts from one parser
     # callback to the next line of the same read, where nothing can close it.
     assert made == MOVES - {(UP, C)}
-    # Refused only once reading has ended: a read is parsed whole before its
-    # connection acts on any of it, so only the refusal it hands back last can
-    # find the connection closed (by a response to a request of the same read).
-    assert refused == {(C, R)}
+    # None refused: a read is parsed whole before its connection acts on any of
+    # it, and once a response to a request of that read closed the connection,
+    # nothing more of the read is acted on (a refusal it handed back included).
+    assert refused == set()
 
 
 async def test_a_heads_deadline_starts_where_it_began_and_a_trickle_never_moves_it() -> None:
@@ -482,3 +482,27 @@ async def test_a_heads_deadline_starts_where_it_began_and_a_trickle_never_moves_
     client.send(b"Host: x\r\n\r\n" + GET % 3)  # whole, with a pipelined one behind it
     assert timer._deadline is None
     assert len(client.handlers) == 3
+
+
+async def test_requests_after_one_whose_answer_closed_the_connection_are_never_made() -> None:
+    """A read holds a GET and a pipelined POST behind it. The GET is answered at
+    once with the proxy's own error (as a request the pool refuses at once is),
+    which closes the connection while the read is being acted on: the POST behind
+    it is never made, so nothing of it goes upstream."""
+
+    class Refusing(Client):
+        def _handler(self, request: Request, writer: ResponseWriter) -> Handler:
+            handler = super()._handler(request, writer)
+            handler.start = lambda: writer.send_error(502, "refused")  # type: ignore[method-assign]
+            return handler
+
+    client = Refusing()
+    client.send(
+        b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"POST /second HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+    )
+    assert [h.request.target for h in client.handlers] == [b"/first"]
+    assert client.transport.is_closing()
+    assert (await client.output()).startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+    client.conn.connection_lost(None)
+    assert client.stats.requests == 1
