@@ -36,6 +36,17 @@ def test_a_request_never_returns_to_a_module_it_left() -> None:
         assert legs["back"]["returns"] == [], (body, legs["back"]["returns"])
 
 
+def test_a_request_waiting_for_a_slot_is_handed_it_with_no_return() -> None:
+    """Two requests at once on one upstream stream slot: the second waits, and the
+    first's end frees the slot, which the pool hands over from the loop, not from
+    within the stream table's call (the table is on the stack then)."""
+    legs = asyncio.run(_callpath().trace(16, waiting=True)).legs
+    edges = legs["there"]["edges"] | legs["back"]["edges"]
+    assert ("forward/pool", "http2/streams") in edges  # a slot was handed over: traced
+    assert legs["there"]["returns"] == [], legs["there"]["returns"]
+    assert legs["back"]["returns"] == [], legs["back"]["returns"]
+
+
 def test_a_request_goes_from_its_stream_to_the_connection_never() -> None:
     """Opening a stream on a slot, its response, its end and its slot coming free
     stay in streams.py (the slot, the stream and their table) and go on to the
