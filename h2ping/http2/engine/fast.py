@@ -171,6 +171,9 @@ class FastEngine(H2Engine):
         self._h2.send_body(stream_id, data, end_stream)
         self._guard.sent_data()
 
+    def data_to_send(self) -> bytes | bytearray:
+        return self._h2.take_outbound()
+
     def give_credit(self, stream_id: int, nbytes: int) -> bool:
         if self._h2.ack_quietly(stream_id, nbytes):
             return False  # no WINDOW_UPDATE due yet: nothing to send

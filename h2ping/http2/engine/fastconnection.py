@@ -450,6 +450,19 @@ class FastConnection(h2.connection.H2Connection):
         self._data_to_send += data
         return True
 
+    def take_outbound(self) -> bytes | bytearray:
+        """Everything queued for the peer, as ``data_to_send()`` returns it, but
+        without its copy: h2's buffer itself, a new one begun in its place (h2
+        only ever appends to its buffer, and nothing writes to the one handed
+        out again). A request body goes out as one copy fewer: on an upload,
+        that copy was a tenth of the proxy's CPU. h2's own call where the
+        request paths are off (the buffer's name missing)."""
+        if not self._fast_body:
+            return self.data_to_send()
+        data = self._data_to_send
+        self._data_to_send = bytearray()
+        return data
+
     def take_response_headers(
         self, stream_id: int, block: bytes, end_stream: bool
     ) -> tuple[list[Header] | None, list[h2.events.Event]] | None:

@@ -512,8 +512,9 @@ class H2Engine:
         self._hear = _nobody
         self._guard.served_by(_nobody)
 
-    def data_to_send(self) -> bytes:
-        """Everything queued for the peer since the last call."""
+    def data_to_send(self) -> bytes | bytearray:
+        """Everything queued for the peer since the last call (the caller only
+        reads it: it may be the buffer it was queued in)."""
         return self._h2.data_to_send()
 
 
