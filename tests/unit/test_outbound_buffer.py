@@ -10,20 +10,16 @@ from h2ping.http2.engine.fastconnection import FastConnection
 from h2ping.http2.engine.manifest import FAST_PATHS, REQUEST_DATA
 from h2ping.http2.engine.plain import H2_CONFIG
 
+from ..fakes import parse_frames
 from ..h2fake import FakeServer
 
 REQUEST = [(":method", "POST"), (":scheme", "https"), (":authority", "x"), (":path", "/")]
 
 
 def _frames(data: bytes) -> list[Frame]:
-    out, pos = [], 0
-    while pos + 9 <= len(data):
-        frame, length = Frame.parse_frame_header(memoryview(data[pos : pos + 9]))
-        frame.parse_body(memoryview(data[pos + 9 : pos + 9 + length]))
-        out.append(frame)
-        pos += 9 + length
-    assert pos == len(data)
-    return out
+    frames, end = parse_frames(data)
+    assert end == len(data)
+    return frames
 
 
 def _sending(fast: frozenset[str]) -> FastConnection:
