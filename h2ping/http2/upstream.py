@@ -209,9 +209,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.table.preface_sent()  # once flushed below
         self._engine.start(self.window.announced, connection_window(self.window.cap))
         if (payload := self.window.first_ping()) is not None:
-            self._engine.ping(payload)
-            self.observer.ping_sent(payload, for_window=True)
-        self.outbound.flush()
+            self.ping(payload, for_window=True)  # written with the preface
+        else:
+            self.outbound.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._read_buffer
