@@ -12,8 +12,10 @@ time, and withholds a stream's credit while its client is not reading. No PINGs,
 no pool, no reconnection, no error handling beyond not hanging. DATA payloads
 reach the client as views of the buffer TLS decrypts into: no copy in Python.
 
-``--tls uvloop`` uses uvloop's own TLS transport; ``--tls bio`` drives an
-``ssl.SSLObject`` over memory BIOs on a plain TCP transport.
+TLS is uvloop's own transport (``loop.create_connection(ssl=...)``), decrypting
+into this buffer through its BufferedProtocol path. An ``ssl.SSLObject`` over
+memory BIOs on a plain TCP transport cost the same CPU per byte, 5-8% more per
+request, and doubled the mean latency on one connection (bench/RESULTS.md).
 
     cd bench && python -m peers.floor_relay --listen 127.0.0.1:8080 \
         --upstream https://127.0.0.1:8443 --ca-file ca.pem
@@ -480,83 +482,17 @@ class Client(asyncio.Protocol):
             self.up.credit(self.queue[0])
 
 
-class BioTls(asyncio.BufferedProtocol):
-    """TLS by hand: an SSLObject over memory BIOs, feeding an Upstream."""
-
-    def __init__(self, context: ssl.SSLContext, host: str, inner: Upstream) -> None:
-        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_hostname=host)
-        self.raw = memoryview(bytearray(256 << 10))
-        self.inner = inner
-        self.ready = asyncio.get_running_loop().create_future()
-        self.transport: asyncio.Transport
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.handshake()
-
-    def handshake(self) -> None:
-        try:
-            self.tls.do_handshake()
-        except ssl.SSLWantReadError:
-            self.transport.write(self.outgoing.read())
-            return
-        self.transport.write(self.outgoing.read())
-        self.ready.set_result(None)
-        self.inner.connection_made(self)  # type: ignore[arg-type]
-
-    def write(self, data: bytes) -> None:
-        self.tls.write(data)
-        self.transport.write(self.outgoing.read())
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.raw
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.incoming.write(self.raw[:nbytes])
-        if not self.ready.done():
-            self.handshake()
-            if not self.ready.done():
-                return
-        inner, tls, incoming = self.inner, self.tls, self.incoming
-        while incoming.pending or tls.pending():
-            view = inner.get_buffer(0)
-            got, room = 0, len(view)
-            try:
-                while got < room and (incoming.pending or tls.pending()):
-                    n = tls.read(room - got, view[got:])
-                    if not n:
-                        break
-                    got += n
-            except ssl.SSLWantReadError:
-                pass
-            if got:
-                inner.buffer_updated(got)
-            if got < room:
-                break
-        if self.outgoing.pending:
-            self.transport.write(self.outgoing.read())
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.inner.connection_lost(exc)
-
-
-async def serve(listen: str, upstream: str, ca_file: str | None, tls: str) -> None:
+async def serve(listen: str, upstream: str, ca_file: str | None) -> None:
     loop = asyncio.get_running_loop()
     url = urlsplit(upstream)
     host, port = url.hostname or "127.0.0.1", url.port or 443
     context = ssl.create_default_context(cafile=ca_file)
     context.set_alpn_protocols(["h2"])
     up = Upstream(url.netloc.encode())
-    if tls == "uvloop":
-        await loop.create_connection(lambda: up, host, port, ssl=context, server_hostname=host)
-    else:
-        bio = BioTls(context, host, up)
-        await loop.create_connection(lambda: bio, host, port)
-        await bio.ready
+    await loop.create_connection(lambda: up, host, port, ssl=context, server_hostname=host)
     lhost, _, lport = listen.rpartition(":")
     server = await loop.create_server(lambda: Client(up), lhost, int(lport), backlog=4096)
-    print(f"floor relay listening on {listen} -> {upstream} (tls: {tls})", flush=True)
+    print(f"floor relay listening on {listen} -> {upstream}", flush=True)
     stop = loop.create_future()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, lambda: stop.done() or stop.set_result(None))
@@ -569,10 +505,9 @@ def main() -> None:
     parser.add_argument("--listen", default="127.0.0.1:8080")
     parser.add_argument("--upstream", required=True)
     parser.add_argument("--ca-file")
-    parser.add_argument("--tls", choices=("uvloop", "bio"), default="uvloop")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        uvloop.run(serve(args.listen, args.upstream, args.ca_file, args.tls))
+        uvloop.run(serve(args.listen, args.upstream, args.ca_file))
 
 
 if __name__ == "__main__":
