@@ -169,8 +169,11 @@ class Upstream(asyncio.BufferedProtocol):
 
     def pump(self, ex: Exchange) -> None:
         """Send what the peer's windows allow of a request body."""
+        if ex.done:  # answered already: the rest of the body goes nowhere
+            ex.body.clear()
+            ex.body_len = 0
         if not ex.sid or ex.sent_end:
-            return
+            return self.resume(ex)
         out: list[bytes | memoryview] = []
         body, sid, mf = ex.body, ex.sid, self.max_frame
         while body and self.window > 0 and ex.window > 0:
@@ -196,12 +199,18 @@ class Upstream(asyncio.BufferedProtocol):
             self.blocked[ex] = None
         else:
             self.blocked.pop(ex, None)
+        self.resume(ex)
+
+    def resume(self, ex: Exchange) -> None:
         client = ex.client
         if client.reads_paused and ex.body_len < BODY_HIGH // 2:
             client.reads_paused = False
             client.transport.resume_reading()
 
     def finish(self, ex: Exchange) -> None:
+        if ex.sid in self.streams and not ex.sent_end:  # a body cut short
+            self.write(frame(RST_STREAM, 0, ex.sid, b"\0\0\0\x08"))  # CANCEL
+            ex.sent_end = True
         self.streams.pop(ex.sid, None)
         self.blocked.pop(ex, None)
         while self.waiting and len(self.streams) < self.max_streams:
@@ -309,11 +318,13 @@ class Upstream(asyncio.BufferedProtocol):
         elif kind == PING and not flags & 0x1:
             self.write(frame(PING, 0x1, 0, bytes(payload)))
         elif kind == RST_STREAM and (ex := self.streams.get(sid)) is not None:
+            ex.sent_end = True  # no RST_STREAM answers one
             self.finish(ex)
             ex.client.transport.close()  # the response, if begun, cannot be finished
         elif kind == GOAWAY:
             last = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
             for ex in [ex for s, ex in self.streams.items() if s > last]:
+                ex.sent_end = True
                 self.finish(ex)
                 ex.client.transport.close()
 
@@ -345,7 +356,7 @@ class Client(asyncio.Protocol):
         up = self.up
         for ex in self.queue:
             if ex.sid in up.streams:
-                up.write(frame(RST_STREAM, 0, ex.sid, b"\0\0\0\x08"))  # CANCEL
+                ex.sent_end = False  # so that finish cancels the stream
                 up.finish(ex)
             elif ex in up.waiting:
                 up.waiting.remove(ex)
