@@ -14,7 +14,7 @@ reach the client as views of the buffer TLS decrypts into: no copy in Python.
 
 TLS is uvloop's own transport (``loop.create_connection(ssl=...)``), decrypting
 into this buffer through its BufferedProtocol path. An ``ssl.SSLObject`` over
-memory BIOs on a plain TCP transport cost the same CPU per byte, 5-8% more per
+memory BIOs on a plain TCP transport cost the same CPU per byte, 4-7% more per
 request, and doubled the mean latency on one connection (bench/RESULTS.md).
 
     cd bench && python -m peers.floor_relay --listen 127.0.0.1:8080 \
