@@ -89,11 +89,17 @@ class FakeTransport(asyncio.Transport):
         if self._read == 0:
             assert data.startswith(PREFACE)
             data, self._read = data[len(PREFACE) :], len(PREFACE)
-        out, pos = [], 0
-        while pos + 9 <= len(data):
-            frame, length = Frame.parse_frame_header(memoryview(data[pos : pos + 9]))
-            frame.parse_body(memoryview(data[pos + 9 : pos + 9 + length]))
-            out.append(frame)
-            pos += 9 + length
+        out, pos = parse_frames(data)
         self._read += pos
         return out
+
+
+def parse_frames(data: bytes) -> tuple[list[Frame], int]:
+    """The whole HTTP/2 frames at the start of ``data``, and where they end."""
+    out, pos = [], 0
+    while pos + 9 <= len(data):
+        frame, length = Frame.parse_frame_header(memoryview(data[pos : pos + 9]))
+        frame.parse_body(memoryview(data[pos + 9 : pos + 9 + length]))
+        out.append(frame)
+        pos += 9 + length
+    return out, pos

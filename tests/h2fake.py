@@ -60,17 +60,17 @@ def only_fast_paths(paths: Collection[str]) -> Iterator[None]:
 def forget_to_count_plain_data(monkeypatch: Any) -> None:
     """Break the fast DATA path: it takes a frame but leaves the stream's window
     as it was (what the probes and the differential test must catch)."""
-    from h2ping.http2.engine.fastconnection import FastConnection as H2Connection
+    from h2ping.http2.engine.fastconnection import FastConnection
 
-    take = H2Connection.take_plain_data
+    take = FastConnection.take_plain_data
 
-    def forgetful(self: H2Connection, stream_id: int, size: int) -> bool:
+    def forgetful(self: FastConnection, stream_id: int, size: int) -> bool:
         taken = take(self, stream_id, size)
         if taken:
             self.streams[stream_id]._inbound_window_manager.current_window_size += size
         return taken
 
-    monkeypatch.setattr(H2Connection, "take_plain_data", forgetful)
+    monkeypatch.setattr(FastConnection, "take_plain_data", forgetful)
 
 
 class FakeServer:
@@ -148,8 +148,10 @@ class RecordingSink:
         self.status = int(dict(headers)[b":status"])
         self.end_stream_with_headers = end_stream
 
-    def on_data(self, data: bytes, flow_controlled_length: int) -> None:
+    def on_data(self, data: bytes, flow_controlled_length: int) -> int:
+        """Holds every credit (a client that reads nothing yet): returns none."""
         self.data += data
+        return 0
 
     def on_end(self) -> None:
         self.ended = True
@@ -170,7 +172,7 @@ class Harness:
         self.changes = 0
         self.stats = Stats()
         self.conn = UpstreamConnection(
-            config(**settings), 1, self._changed, self.stats, observer=reported(self.stats, 1)
+            config(**settings), 1, self._changed, observer=reported(self.stats, 1)
         )
         self.transport = FakeTransport()
         self.server = FakeServer()
@@ -181,7 +183,7 @@ class Harness:
             self.server.settings(ack=True),  # our windows apply from the peer's ACK on
         )
 
-    def _changed(self, conn: UpstreamConnection) -> None:
+    def _changed(self, conn: UpstreamConnection, state: ConnState) -> None:
         self.changes += 1
 
     def feed(self, *chunks: bytes) -> None:

@@ -20,9 +20,13 @@ written to the client):
 - calls: every call of a function of h2ping's (the engine's included), a
   count of the Python work the request costs that no timer's noise moves.
 
-Each return is listed with the stack of modules that made it. Usage::
+Each return is listed with the stack of modules that made it. With
+``--waiting``, two clients send at once to a proxy allowed one stream upstream
+(one connection, one stream on it): the second waits for the first's slot, and
+the way back includes the slot coming free and handed to the one waiting.
+Usage::
 
-    python tools/callpath.py [--body BYTES]
+    python tools/callpath.py [--body BYTES] [--waiting]
 """
 
 from __future__ import annotations
@@ -103,15 +107,18 @@ class Recorder:
                 leg["returns"].append(" > ".join([*path, f"{module}.{frame.f_code.co_name}"]))
 
 
-async def trace(body: int) -> Recorder:
+async def trace(body: int, waiting: bool = False) -> Recorder:
+    """Trace one request (``waiting``: two at once, the second waiting for the
+    first's stream slot) of a ``body``-byte POST on an open connection."""
     child = subprocess.Popen([sys.executable, "-c", UPSTREAM], stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
         url = child.stdout.readline().strip()
-        proxy = Proxy(upstream=url, listen="127.0.0.1:0", ping_interval=0)
+        one_slot = {"max_streams_per_conn": 1, "max_upstream_conns": 1} if waiting else {}
+        proxy = Proxy(upstream=url, listen="127.0.0.1:0", ping_interval=0, **one_slot)
         await proxy.start()
         try:
-            return await _one_request(proxy, body)
+            return await _requests(proxy, body, 2 if waiting else 1)
         finally:
             await proxy.stop(grace=0)
     finally:
@@ -119,25 +126,28 @@ async def trace(body: int) -> Recorder:
         child.wait()
 
 
-async def _one_request(proxy: Proxy, body: int) -> Recorder:
-    reader, writer = await asyncio.open_connection("127.0.0.1", proxy.port)
+async def _requests(proxy: Proxy, body: int, clients: int) -> Recorder:
+    """One request from each of ``clients`` client connections at once, traced."""
     payload = b"x" * body
     head = (f"POST /way HTTP/1.1\r\nHost: x\r\nContent-Length: {len(payload)}\r\n\r\n").encode()
+    connections = [await asyncio.open_connection("127.0.0.1", proxy.port) for _ in range(clients)]
 
-    async def exchange() -> None:
+    async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(head + payload)
         await reader.readuntil(b"\r\n\r\n")
         await reader.readexactly(len(payload))
 
-    await exchange()  # the connection upstream is dialled and open now
+    for connection in connections:  # the connection upstream is dialled and open now
+        await exchange(*connection)
     recorder = Recorder()
     _watch_legs(proxy, recorder)
     sys.setprofile(recorder)
     try:
-        await exchange()
+        await asyncio.gather(*(exchange(*connection) for connection in connections))
     finally:
         sys.setprofile(None)
-    writer.close()
+    for _, writer in connections:
+        writer.close()
     return recorder
 
 
@@ -162,8 +172,11 @@ def _watch_legs(proxy: Proxy, recorder: Recorder) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--body", type=int, default=16, help="request body bytes (default 16)")
+    parser.add_argument(
+        "--waiting", action="store_true", help="a second request waits for the first's slot"
+    )
     args = parser.parse_args()
-    recorder = asyncio.run(trace(args.body))
+    recorder = asyncio.run(trace(args.body, args.waiting))
     total_modules: set[str] = set()
     total_returns = 0
     for leg, seen in recorder.legs.items():

@@ -5,6 +5,8 @@ all take cleartext HTTP/1.1 and forward over TLS + HTTP/2 to the same nginx, and
 each runs pinned to core 0 (the load generator gets core 1), unless the scenario
 asks for ``cpu=None`` (unpinned). ``go`` is the real Go ``h2-ping-sidecar``, the
 binary h2ping replaces (see peers/gopeer.py). h2ping always measures its event-loop lag.
+``floor`` (peers/floor_relay.py) is the least a pure-Python proxy on h2ping's libraries
+must do per request and per byte; it runs only when ``--peers`` names it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from peers import gopeer
 PROXY_CPU = 0
 LAG_INTERVAL = "10ms"  # h2ping --loop-lag-interval: lag p99/max in the shutdown summary
 DIRECT_PEERS = ("direct", "direct-h1")
-PROXY_PEERS = ("go", "nghttpx", "baseline", "h2ping")
+PROXY_PEERS = ("go", "nghttpx", "baseline", "h2ping", "floor")
+OPT_IN_PEERS = frozenset({"floor"})  # left out of a run unless named
 GO_SHUTDOWN_GRACE = "5s"  # its default (15m) would make every stop wait for SIGKILL
 ALL_PEERS = DIRECT_PEERS + PROXY_PEERS
 
@@ -43,8 +46,11 @@ class Peer:
         return self.proc is not None
 
 
-def available_peers(has_nghttpx: bool, has_baseline: bool, has_go: bool) -> list[str]:
+def available_peers(
+    has_nghttpx: bool, has_baseline: bool, has_go: bool, wanted: list[str] | None = None
+) -> list[str]:
     skip = {"nghttpx"} if not has_nghttpx else set()
+    skip |= OPT_IN_PEERS - set(wanted or ())
     if not has_baseline:
         skip.add("baseline")
     if not has_go:
@@ -109,6 +115,10 @@ def _proxy_argv(
         return argv, signal.SIGTERM
     if name == "baseline":
         argv = bench_module("peers.baseline_proxy")
+        argv += ["--listen", listen, "--upstream", origin.https_url]
+        return [*argv, "--ca-file", ca], signal.SIGTERM
+    if name == "floor":
+        argv = bench_module("peers.floor_relay")
         argv += ["--listen", listen, "--upstream", origin.https_url]
         return [*argv, "--ca-file", ca], signal.SIGTERM
     if name == "nghttpx":

@@ -149,6 +149,14 @@ def add_ratios(name: str, result: dict[str, Any]) -> None:
                 continue
             ratios.setdefault(metric, {})[peer] = mine[metric] / figures[metric]
     result["ratios"] = ratios
+    # The floor (peers/floor_relay.py) against Go: how far any pure-Python proxy is.
+    floor, go = result["peers"].get("floor"), result["peers"].get("go")
+    if floor is not None and go is not None:
+        result["floor_vs_go"] = {
+            metric: floor[metric] / go[metric]
+            for metric in metrics
+            if floor.get(metric) is not None and go.get(metric)
+        }
 
 
 def render(name: str, result: dict[str, Any]) -> str:
@@ -173,6 +181,9 @@ def render(name: str, result: dict[str, Any]) -> str:
         rows.append(cells)
     lines = [title, table(headers, rows)]
     lines += _round_lines(result["peers"])
+    if result.get("floor_vs_go"):
+        pairs = "; ".join(f"{m} {r:.2f}" for m, r in result["floor_vs_go"].items())
+        lines.append(f"  floor/go: {pairs}")
     lines += [f"  {peer}: ERROR {msg.splitlines()[0]}" for peer, msg in result["errors"].items()]
     lines += [f"  {note}" for note in result.get("notes", [])]
     return "\n".join(lines)

@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     from peers.lineup import available_peers
 
     wanted = args.peers.split(",") if args.peers else None
-    peers = available_peers(not optional, baseline_available(), go_available(wanted))
+    peers = available_peers(not optional, baseline_available(), go_available(wanted), wanted)
     if wanted:
         peers = [p for p in peers if p in wanted]
     nofile = raise_nofile()

@@ -51,8 +51,9 @@ PeerRun = Callable[[Bench, Peer], dict[str, Any]]
 PeerStart = Callable[[Bench, str], Peer]
 
 
-#: The peers whose figures the goals compare: measured ``bench.rounds`` times in turn.
-ROUND_PEERS = frozenset({"go", "h2ping", "h2ping-w1", "h2ping-w2"})
+#: The peers whose figures the goals compare, and the floor they are read against:
+#: measured ``bench.rounds`` times in turn.
+ROUND_PEERS = frozenset({"go", "h2ping", "h2ping-w1", "h2ping-w2", "floor"})
 
 
 def _each_peer(

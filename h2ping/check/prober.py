@@ -91,7 +91,7 @@ def _quiet(config: Config) -> Config:
     return dataclasses.replace(config, ping_interval=0, idle_conn_timeout=0, max_conn_age=0)
 
 
-def _no_news(conn: UpstreamConnection) -> None:
+def _no_news(conn: UpstreamConnection, state: ConnState) -> None:
     """What a pool hears of its connections: the check hears it as the connection's observer."""
 
 
@@ -111,7 +111,7 @@ class Prober:
         self._stats = Stats()  # the connection's counters, which nobody reads here
         # Logged as the proxy logs its own connections' lives; then told to the probe.
         self.connection = UpstreamConnection(
-            _quiet(config), 1, _no_news, self._stats, observer=reported(self._stats, 1, self)
+            _quiet(config), 1, _no_news, observer=reported(self._stats, 1, self)
         )
 
     # ------------------------------------------------------------- the probe's side
@@ -246,13 +246,16 @@ class Prober:
         if self.settings is None:
             self.settings = dict(settings)
 
-    def ping_sent(self, payload: bytes) -> None:
+    def ping_sent(self, payload: bytes, for_window: bool) -> None:
         pass  # sent by :meth:`ping`, which times it
 
-    def ping_acked(self, payload: bytes) -> None:
+    def ping_acked(self, payload: bytes, round_trip: float | None, for_window: bool) -> None:
         acked = self._pings.get(payload)
         if acked is not None and not acked.done():
             acked.set_result(time.perf_counter())
+
+    def window_widened(self, size: int, round_trip: float) -> None:
+        pass  # the check's connection measures no window (its PINGs are its own)
 
     def goaway_received(self, goaway: Goaway, open_streams: int) -> None:
         self.goaway = _reported(goaway)
@@ -265,6 +268,19 @@ class Prober:
 
     def stream_reset(self, stream_id: int, error_code: int, by_peer: bool) -> None:
         pass  # the GET's sink hears of its reset, with its code (:meth:`stream_failed`)
+
+    def peer_dead(
+        self, silent_for: float, since_ping: float, timeout: float, open_streams: int
+    ) -> None:
+        pass  # the check runs no keepalive: its own PINGs time out on their own
+
+    def went_idle(self, seconds: float) -> None:
+        pass  # idem: the check's connection has no idle clock
+
+    def writes_stalled(
+        self, waiting: int, stalled_for: float, timeout: float, open_streams: int
+    ) -> None:
+        pass  # the cut that follows ends the probe's waits, which word it
 
     def socket_lost(self, exc: Exception | None, by_peer: bool) -> None:
         if by_peer:
@@ -307,9 +323,8 @@ class _ResponseHead:
         if not self.received.done():
             self.received.set_result((list(headers), time.perf_counter()))
 
-    def on_data(self, data: bytes, flow_controlled_length: int) -> None:
-        if self.stream is not None:
-            self.stream.ack(flow_controlled_length)
+    def on_data(self, data: bytes, flow_controlled_length: int) -> int:
+        return flow_controlled_length  # read and dropped: all of its credit goes back
 
     def on_end(self) -> None:
         pass

@@ -27,8 +27,14 @@ from .accounting import Accounting, RequestLog
 from .body import BUDGET_REACHED
 from .failure import tell_failure
 from .headerlog import HeaderLog
-from .headers import MalformedResponse, header_list_size, request_headers, response_head
-from .headlimit import goes_early, head_refusal
+from .headers import (
+    MalformedResponse,
+    goes_early,
+    head_refusal,
+    header_list_size,
+    request_headers,
+    response_head,
+)
 from .pool import Pool
 from .replay import Replay, ReplayPolicy
 
@@ -157,12 +163,14 @@ class Exchange:
         except MalformedResponse as exc:
             self._bad_response(f"malformed informational response: {exc}")
 
-    def on_data(self, data: bytes, flow_controlled_length: int) -> None:
-        self._writer.write(data)
-        # While the client's socket is full the stream holds the credit until it
-        # drains (client_drained): a slow client holds back its own stream only.
-        if not self._writer.paused and self._stream is not None:
-            self._stream.ack(flow_controlled_length)
+    def on_data(self, data: bytes, flow_controlled_length: int) -> int:
+        """Write ``data`` to the client; the credit it took at once goes back to
+        the peer (returned). While the client's socket is full the stream holds
+        the credit until it drains (client_drained): a slow client holds back its
+        own stream only."""
+        writer = self._writer
+        writer.write(data)
+        return 0 if writer.paused else flow_controlled_length
 
     def on_end(self) -> None:
         self._stream = None  # over: nothing to cancel

@@ -4,6 +4,14 @@ Headers travel as ``(name, value)`` byte pairs, the form httptools produces and 
 accepts without re-encoding. HTTP/2 names are lowercase; HTTP/1.1 hop-by-hop fields
 describe one connection and must not cross the proxy. Everything else, credentials
 included, passes byte-for-byte.
+
+A request's head is also held to the header list limit of the connection it is
+about to go on, as the peer counts it (RFC 9113 section 6.5.2): many requests
+share an upstream connection, and a head over the peer's
+SETTINGS_MAX_HEADER_LIST_SIZE makes servers end the whole connection (GOAWAY
+ENHANCE_YOUR_CALM), failing the other requests on it. One over it is answered 431
+here, sent nowhere, never replayed. The connection says what its limit is; this
+decides.
 """
 
 from __future__ import annotations
@@ -13,8 +21,11 @@ from collections.abc import Iterable
 
 from hpack import NeverIndexedHeaderTuple
 
+from .. import errors
 from ..config import Upstream
+from ..errors import UpstreamError
 from ..fields import Header
+from ..http2.streams import PROVISIONAL_HEADER_LIST
 
 #: Fields that only describe the client's HTTP/1.1 connection (RFC 9110 7.6.1,
 #: RFC 9113 8.2.2). ``host`` becomes ``:authority``; ``expect`` is answered by the
@@ -136,6 +147,30 @@ def header_list_size(fields: Iterable[Header]) -> int:
     """The size of a header list as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC
     9113 section 6.5.2): name, value and 32 for each field, pseudo-fields included."""
     return sum(len(name) + len(value) + 32 for name, value in fields)
+
+
+#: The status of a head over the upstream's limit (RFC 6585 section 5).
+HEAD_TOO_LARGE = 431
+
+
+def goes_early(size: int, replays: int) -> bool:
+    """Whether a head of ``size`` may go on a connection whose peer has not said
+    its limit yet (right behind the preface): only a head any server takes, and
+    only on a first try (a request refused once waits for the peer's figure)."""
+    return size <= PROVISIONAL_HEADER_LIST and not replays
+
+
+def head_refusal(size: int, limit: int | None) -> UpstreamError | None:
+    """Why a head of ``size`` may not go where the peer's limit is ``limit``
+    (None: no limit), or None when it fits."""
+    if limit is None or size <= limit:
+        return None
+    return UpstreamError(
+        errors.HTTP_REQUEST_ERROR,
+        f"request header section of {size} bytes (as HTTP/2 counts it) is over the "
+        f"upstream's limit of {limit} (SETTINGS_MAX_HEADER_LIST_SIZE)",
+        status=HEAD_TOO_LARGE,
+    )
 
 
 class MalformedResponse(ValueError):

@@ -64,6 +64,9 @@ class Pool:
         self._next_id = 1
         self._closed = False
         self._answered_before = 0  # by connections no longer in the pool
+        # What connections said, to act on from the loop (latest state of each).
+        self._news: dict[UpstreamConnection, ConnState] = {}
+        self._news_due = False
         self._ping_backoff = PingBackoff(config.ping_interval, stats)  # new connections' PINGs
         self._tls_sessions = SessionCache()  # the next connection resumes the latest
         self.window_budget = WindowBudget(config.receive_window_budget)  # its streams' windows
@@ -149,13 +152,31 @@ class Pool:
                 return slot
         return None
 
-    def _on_conn_change(self, conn: UpstreamConnection) -> None:
-        """A connection opened, freed a slot, stopped taking streams or closed."""
-        if conn.state is ConnState.CLOSED and conn in self._conns:
-            self._conns.remove(conn)
-            self._answered_before += conn.answered
-        elif self._growth.refusal is not None and conn.table.max_streams > 0:
-            self._growth.allows_some()  # its server raised its limit
+    def _on_conn_change(self, conn: UpstreamConnection, state: ConnState) -> None:
+        """A connection opened, freed a slot, stopped taking streams or closed:
+        it is in ``state`` now (told, not read back from it). The pool acts on it
+        from the loop, never within the connection's own call, which may be amid
+        the peer's frames: a freed slot goes to the request waiting first from
+        there, and an ended connection is counted out there. Meanwhile nobody
+        takes the slot ahead of those waiting (``try_acquire``)."""
+        if state is not ConnState.CLOSED and not self._waiters and self._growth.refusal is None:
+            return  # nobody to hand it to, nothing to count out: a new request finds it
+        self._news[conn] = state
+        if not self._news_due:
+            self._news_due = True
+            asyncio.get_running_loop().call_soon(self._take_news)
+
+    def _take_news(self) -> None:
+        """Act on what the connections said since the loop's last turn."""
+        self._news_due = False
+        news, self._news = self._news, {}
+        for conn, state in news.items():
+            if state is ConnState.CLOSED:
+                if conn in self._conns:
+                    self._conns.remove(conn)
+                    self._answered_before += conn.answered
+            elif self._growth.refusal is not None and conn.table.max_streams > 0:
+                self._growth.allows_some()  # its server raised its limit
         self._wake()
 
     def _wake(self) -> None:

@@ -2,11 +2,12 @@
 
 An ``asyncio.BufferedProtocol`` whose reads go to a
 :class:`~h2ping.http1.reader.RequestReader` (httptools: llhttp, strict RFC 9112
-parsing). Each parsed request becomes a :class:`~h2ping.http1.messages.Request`
-handed to a handler (the exchange), which answers through the request's
-:class:`~h2ping.http1.messages.ResponseWriter`; the writers queue on the
-connection's :class:`~h2ping.http1.output.ClientOutput`. Nothing here knows about
-HTTP/2.
+parsing), which hands back what each read held; the connection acts on it. Each
+parsed request becomes a :class:`~h2ping.http1.messages.Request` handed to a
+handler (the exchange, made by the factory the connection was given), which
+answers through the request's :class:`~h2ping.http1.messages.ResponseWriter`; the
+writers queue on the connection's :class:`~h2ping.http1.output.ClientOutput`.
+Nothing here knows about HTTP/2.
 
 Requests on one connection are answered in order (RFC 9112 section 9.3.2): a
 pipelined request waits, with reading paused, until the one before it is done.
@@ -25,9 +26,9 @@ from typing import Protocol, cast
 from ..sockets import set_nodelay, set_tcp_keepalive
 from ..stats import Stats
 from ..timers import LazyTimer
-from .messages import Request, ResponseWriter
+from .messages import Request, RequestRejected, ResponseWriter
 from .output import ClientOutput, OutputFlusher
-from .reader import ReadState, RequestHandler, RequestReader
+from .reader import BODY_END, HEAD_BEGUN, ReadState, RequestReader
 
 log = logging.getLogger("h2ping.listener")
 
@@ -36,6 +37,24 @@ log = logging.getLogger("h2ping.listener")
 #: SEND_HIGH_WATER held in memory; the rest waits in the kernel's socket buffer.
 READ_SIZE = 128 * 1024
 
+
+class RequestHandler(Protocol):
+    """What the listener needs from whoever forwards a request.
+
+    The handler counts the request's outcome, except for a head the listener
+    refuses (no handler exists then): ``cancel`` means the client went away,
+    ``reject`` that the listener answers the request itself (its body was bad).
+    """
+
+    def start(self) -> None: ...
+    def feed_body(self, data: bytes) -> None: ...
+    def end_body(self) -> None: ...  # (of a request that has a body: none comes otherwise)
+    def client_drained(self) -> None: ...
+    def cancel(self) -> None: ...
+    def reject(self, status: int) -> None: ...
+
+
+#: Makes a request's handler (the exchange: a factory of the forwarding side's).
 HandlerFactory = Callable[[Request, ResponseWriter], RequestHandler]
 
 # Module names, not the enum's members: tested several times per request, and a
@@ -52,6 +71,31 @@ class Registry(Protocol):
 
 def _nothing() -> None:
     pass
+
+
+class _NoBody:
+    """Stands for the handler while no body is being read: nothing reaches it."""
+
+    def start(self) -> None:
+        pass
+
+    def feed_body(self, data: bytes) -> None:
+        pass
+
+    def end_body(self) -> None:
+        pass
+
+    def client_drained(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+    def reject(self, status: int) -> None:
+        pass
+
+
+_NO_BODY: RequestHandler = _NoBody()
 
 
 class ListenerLimits:
@@ -131,8 +175,9 @@ class Deadline:
 
 class ClientConnection(asyncio.BufferedProtocol):
     """One accepted HTTP/1.1 connection: the turns of its requests' responses, and
-    its end. Its reader parses (and tells it of each request), its deadline times
-    it, and its :attr:`output` takes what the responses write."""
+    its end. Its :attr:`reader` parses (and hands back what each read held) and
+    switches the socket's reading, its deadline times it, and its :attr:`output`
+    takes what the responses write."""
 
     def __init__(
         self,
@@ -151,10 +196,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         # (its fork check), which cost a tenth of the CPU of streamed responses.
         loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._reader = RequestReader(self)
+        self.reader = RequestReader()
         self._deadline = Deadline(loop, limits, self._head_too_slow, self._idle_too_long)
         self.output = ClientOutput(flusher or OutputFlusher(loop), self.abort)
-        self._reading_paused = False
         self.write_paused = False
         self._rejection = (400, "bad request")  # what REJECTED answers once its turn comes
         # Requests whose responses are pending, oldest (the one being answered) first.
@@ -163,21 +207,24 @@ class ClientConnection(asyncio.BufferedProtocol):
         # of one read (pipelined ones: as many as READ_SIZE holds), usually one. A
         # list, as a deque costs 600 bytes more per connection.
         self._pending: list[tuple[RequestHandler, ResponseWriter]] = []
+        #: The handler of the request whose body is being read (_NO_BODY between bodies).
+        self._unfinished: RequestHandler = _NO_BODY
 
     @property
     def state(self) -> ReadState:
         """Where the reading stands (the reader's)."""
-        return self._reader.state
+        return self.reader.state
 
     @property
     def idle(self) -> bool:
-        return not self._pending and self._reader.state is not _HEAD
+        return not self._pending and self.reader.state is not _HEAD
 
     # ----------------------------------------------------------------- protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self.output.attach(self._transport)
+        self.reader.attach(self._transport)
         self._registry.add(self)
         sock = transport.get_extra_info("socket")
         set_tcp_keepalive(sock)
@@ -188,7 +235,28 @@ class ClientConnection(asyncio.BufferedProtocol):
         return self._read_buffer
 
     def buffer_updated(self, nbytes: int) -> None:
-        self._reader.feed(self._read_buffer[:nbytes])
+        # What the read held, in order (see reader.ReadEvent): most often one
+        # request, or a body's bytes.
+        reader = self.reader
+        for event in reader.feed(self._read_buffer[:nbytes]):
+            if reader.state is _CLOSED:
+                # An answer to what came before closed the connection (the proxy's
+                # own error): nothing after it is made, nothing of it goes upstream.
+                break
+            if isinstance(event, bytes):
+                self._unfinished.feed_body(event)
+            elif isinstance(event, Request):
+                self._request_read(event)
+            elif event is BODY_END:
+                handler, self._unfinished = self._unfinished, _NO_BODY
+                handler.end_body()
+            elif event is HEAD_BEGUN:
+                if not self._pending:
+                    # The idle wait is over; the head itself must now arrive in time.
+                    self._deadline.await_head()
+            else:
+                assert isinstance(event, RequestRejected)  # a read's last event
+                self._refuse(event.status, event.reason)
 
     def eof_received(self) -> bool:
         # A client that closes its side has gone away (aiohttp, and nearly every
@@ -197,12 +265,12 @@ class ClientConnection(asyncio.BufferedProtocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
-        # What refers back to this connection goes: the reader's and its parser's
-        # references, the deadline's callbacks, the output's, the transport's.
+        # What refers back to this connection goes: the deadline's callbacks, the
+        # output's, the transport's (and the reader's hold on it).
         # Then it is freed as its last user lets go, not by the cyclic collector,
         # whose full passes walk every live connection's objects and stall the
         # loop under thousands of clients.
-        self._reader.close()
+        self.reader.close()
         self._deadline.close()
         self.output.detach()
         self._transport = None
@@ -210,9 +278,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         pending, self._pending = self._pending, []
         for handler, _ in pending:
             handler.cancel()
-        unfinished = self._reader.take_unfinished()
-        if unfinished is not None:
-            unfinished.cancel()
+        unfinished, self._unfinished = self._unfinished, _NO_BODY
+        unfinished.cancel()
 
     def pause_writing(self) -> None:
         self.write_paused = True
@@ -222,14 +289,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         if self._pending:
             self._pending[0][0].client_drained()
 
-    # ----------------------------------------------------------------- from the reader
+    # ----------------------------------------------------------------- what was read
 
-    def head_begun(self) -> None:
-        if not self._pending:
-            # The idle wait is over; the head itself must now arrive in time.
-            self._deadline.await_head()
-
-    def request_read(self, request: Request) -> RequestHandler:
+    def _request_read(self, request: Request) -> None:
         if not self._pending:
             self._deadline.clear()
         self._stats.request_received()
@@ -240,29 +302,28 @@ class ClientConnection(asyncio.BufferedProtocol):
             handler.start()
         else:
             # Pipelined: answer in order; read no further until it is our turn.
-            self.pause_reading()
-        return handler
+            self.reader.pause_reading()
+        if request.has_body:
+            self._unfinished = handler  # its body's bytes go to it, then its end
 
-    def refuse(self, status: int, reason: str) -> None:
+    def _refuse(self, status: int, reason: str) -> None:
         """A request we will not forward: answer it once earlier responses are out,
         then close (what follows it on the connection cannot be trusted)."""
-        if not self._reader.enter(_REJECTED):
-            # A response closed the connection while the parser went on through
-            # the same bytes: there is nobody to answer, nor a 400 to count.
-            return
+        if not self.reader.enter(_REJECTED):
+            return  # reading has ended already: nobody to answer, nor a 400 to count
         # Set first: a response that ends while the handlers are told sends it.
         self._rejection = (status, reason)
         log.info("client request rejected: %d %s", status, reason)
-        unfinished = self._reader.take_unfinished()
-        if unfinished is None:  # a head: it ends here; a body's handler counts it
+        unfinished, self._unfinished = self._unfinished, _NO_BODY
+        if unfinished is _NO_BODY:  # a head: it ends here; a body's handler counts it
             self._stats.head_rejected(status)
         else:
             self._stats.count_response(status)
         self._deadline.clear()
-        self.pause_reading()
-        if unfinished is not None:
+        self.reader.pause_reading()
+        if unfinished is not _NO_BODY:
             self._drop(unfinished, status)
-        if not self._pending and self._reader.state is _REJECTED:
+        if not self._pending and self.reader.state is _REJECTED:
             self._send_rejection()
 
     def _drop(self, handler: RequestHandler, status: int) -> None:
@@ -287,8 +348,8 @@ class ClientConnection(asyncio.BufferedProtocol):
     # ----------------------------------------------------------------- deadlines
 
     def _head_too_slow(self) -> None:
-        if self._reader.state is _HEAD:
-            self.refuse(408, "request head not received in time")
+        if self.reader.state is _HEAD:
+            self._refuse(408, "request head not received in time")
         elif not self._pending:
             self.close()  # connected but never sent a byte
 
@@ -301,14 +362,16 @@ class ClientConnection(asyncio.BufferedProtocol):
 
     # ----------------------------------------------------------------- responses' turns
 
-    def response_done(self, writer: ResponseWriter) -> None:
+    def response_done(self, writer: ResponseWriter, keep_alive: bool) -> None:
+        """``writer``'s response is written whole; ``keep_alive``: the connection
+        goes on after it (the writer decided so with the head)."""
         if not self._pending or self._pending[0][1] is not writer:
             return
         self._pending.pop(0)
-        if not writer.keep_alive:
+        if not keep_alive:
             self.close()
             return
-        state = self._reader.state
+        state = self.reader.state
         if self._pending:
             self._pending[0][0].start()
         elif state is _REJECTED:
@@ -320,28 +383,14 @@ class ClientConnection(asyncio.BufferedProtocol):
             self._deadline.await_head()
         else:
             self._deadline.await_next_request()
-        if len(self._pending) <= 1:
-            self.resume_reading()
-
-    def pause_reading(self) -> None:
-        if not self._reading_paused and self._transport is not None:
-            self._reading_paused = True
-            self._transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if (
-            self._reading_paused
-            and self._transport is not None
-            and self._reader.state is not _CLOSED
-        ):
-            self._reading_paused = False
-            self._transport.resume_reading()
+        if len(self._pending) <= 1 and self.reader.paused:  # (mostly not: no call then)
+            self.reader.resume_reading()
 
     # ----------------------------------------------------------------- the end
 
     def close(self) -> None:
         """Close after the queued output is written."""
-        if self._transport is None or not self._reader.enter(_CLOSED):
+        if self._transport is None or not self.reader.enter(_CLOSED):
             return
         self._deadline.stop()
         self.output.close()
@@ -351,7 +400,7 @@ class ClientConnection(asyncio.BufferedProtocol):
         """Cut the connection after handing the socket what is queued: the client
         sees the response end early, not its start vanish."""
         self.output.flush()
-        self._reader.enter(_CLOSED)
+        self.reader.enter(_CLOSED)
         self._deadline.stop()
         self.output.discard()
         if self._transport is not None:

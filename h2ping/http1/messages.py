@@ -101,18 +101,27 @@ class ResponseOutput(Protocol):
     def take_back(self, mark: OutputMark) -> bool: ...
 
 
+class ReadSwitch(Protocol):
+    """Whether the client's socket is read (its connection's reader owns it): a
+    request body the upstream cannot take yet pauses it."""
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+
+
 class ResponseSink(Protocol):
-    """The connection a :class:`ResponseWriter` answers on: its output, whether
-    the client's socket is full, and the end of the response's turn."""
+    """The connection a :class:`ResponseWriter` answers on: its output, its
+    reading's switch, whether the client's socket is full, and the end of the
+    response's turn."""
 
     write_paused: bool
 
     @property
     def output(self) -> ResponseOutput: ...
-    def response_done(self, writer: ResponseWriter) -> None: ...
+    @property
+    def reader(self) -> ReadSwitch: ...
+    def response_done(self, writer: ResponseWriter, keep_alive: bool) -> None: ...
     def abort(self) -> None: ...
-    def pause_reading(self) -> None: ...
-    def resume_reading(self) -> None: ...
 
 
 def check_head(method: bytes, target: bytes, version: str, headers: list[Header]) -> None:
@@ -358,7 +367,7 @@ class ResponseWriter:
         self.finished = True
         if self._chunked:
             self._output.send(b"0\r\n\r\n")
-        self._conn.response_done(self)
+        self._conn.response_done(self, self._keep_alive)
 
     def retract(self) -> bool:
         """Take back a response none of which has reached the socket yet, so an
@@ -394,7 +403,7 @@ class ResponseWriter:
         self.end()
 
     def pause_reading(self) -> None:
-        self._conn.pause_reading()
+        self._conn.reader.pause_reading()  # (the reader's: it owns the switch)
 
     def resume_reading(self) -> None:
-        self._conn.resume_reading()
+        self._conn.reader.resume_reading()

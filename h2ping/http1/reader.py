@@ -1,18 +1,22 @@
 """Reading the requests of one client connection.
 
 httptools (llhttp) parses; its callbacks land on a :class:`RequestReader`, which
-builds each :class:`~h2ping.http1.messages.Request`, hands it to its connection
-for a handler, and feeds that handler the body. Where the reading stands is one
-:class:`ReadState`, and every move between the states is in one table
-(``_MOVES``). When a request is answered, and whether the connection goes on,
-is the connection's (:mod:`.listener`).
+builds each :class:`~h2ping.http1.messages.Request` and hands back, from each
+:meth:`~RequestReader.feed`, what the bytes held, in order, as values (as h11
+returns events): a head begun, a request, body bytes, a body's end, or a
+refusal. It calls nobody: its connection (:mod:`.listener`) acts on what it got
+back, and decides when a request is answered and whether the connection goes
+on. Where the reading stands is one :class:`ReadState`, and every move between
+the states is in one table (``_MOVES``). The reader also owns the one switch of
+the socket's reading (paused or not), which the connection and the responses'
+writers both turn.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
-from typing import Protocol
 
 import httptools
 
@@ -31,30 +35,31 @@ log = logging.getLogger("h2ping.listener")
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n"
 
 
-class RequestHandler(Protocol):
-    """What the listener needs from whoever forwards a request.
+class HeadBegun:
+    """A request head began in this read and is still arriving (its deadline may
+    start). Not told of a head that arrived whole: its request is told."""
 
-    The handler counts the request's outcome, except for a head the listener
-    refuses (no handler exists then): ``cancel`` means the client went away,
-    ``reject`` that the listener answers the request itself (its body was bad).
-    """
-
-    def start(self) -> None: ...
-    def feed_body(self, data: bytes) -> None: ...
-    def end_body(self) -> None: ...
-    def client_drained(self) -> None: ...
-    def cancel(self) -> None: ...
-    def reject(self, status: int) -> None: ...
+    __slots__ = ()
 
 
-class ReadEvents(Protocol):
-    """What a reader tells its connection: a head began (its deadline starts), a
-    head is whole and valid (the connection makes its handler, which the body
-    goes to), or what was read cannot be forwarded (answer ``status``, then close)."""
+class BodyEnd:
+    """The body of the request being read has ended (told only of a request that
+    has a body: one without has none to end)."""
 
-    def head_begun(self) -> None: ...
-    def request_read(self, request: Request) -> RequestHandler: ...
-    def refuse(self, status: int, reason: str) -> None: ...
+    __slots__ = ()
+
+
+HEAD_BEGUN = HeadBegun()
+BODY_END = BodyEnd()
+
+#: What one :meth:`RequestReader.feed` hands back, in the order the bytes held it:
+#: a :class:`Request` whose head is whole and valid (its body follows); body
+#: bytes (of the last request); :data:`BODY_END`; and last, either
+#: :data:`HEAD_BEGUN` (the read ends inside a head that began in it) or, if what
+#: was read cannot be forwarded, a :class:`RequestRejected` (answer its status,
+#: then close). Plain values: a read's events cost no call back up. A plain
+#: keep-alive GET read whole is one event, its request.
+ReadEvent = HeadBegun | Request | bytes | BodyEnd | RequestRejected
 
 
 class ReadState(enum.Enum):
@@ -113,30 +118,22 @@ _MOVES: dict[ReadState, frozenset[ReadState]] = {
 }
 
 
-class _Gone:
-    """The events of a connection that is gone: no parser is left to report any."""
-
-    def head_begun(self) -> None:
-        pass
-
-    def request_read(self, request: Request) -> RequestHandler:
-        raise AssertionError("a request read after its connection was lost")
-
-    def refuse(self, status: int, reason: str) -> None:
-        pass
-
-
-_GONE = _Gone()
+#: Where callbacks append between feeds: nowhere, as the parser runs only in
+#: :meth:`RequestReader.feed` (a feed's own list is let go of as it returns).
+_NO_FEED: list[ReadEvent] = []
 
 
 class RequestReader:
-    """Parses one connection's requests and keeps its :class:`ReadState`.
+    """Parses one connection's requests and keeps its :class:`ReadState`, and
+    whether its socket is read.
 
     The connection moves it to REJECTED and CLOSED (through :meth:`enter`, as the
-    reader makes its own moves), and reads :attr:`state`; nothing else is shared.
+    reader makes its own moves), reads :attr:`state` and :attr:`paused`, and pauses
+    and resumes its reading, as the responses' writers do; nothing else is shared.
     """
 
     __slots__ = (
+        "_began",
         "_events",
         "_head_bytes",
         "_head_size",
@@ -147,18 +144,23 @@ class RequestReader:
         "_reading",
         "_synthetic",
         "_trailers",
+        "_transport",
         "_url",
+        "paused",
         "state",
     )
 
-    def __init__(self, events: ReadEvents) -> None:
-        self._events = events
+    def __init__(self) -> None:
         # Made at a request's first bytes and let go between keep-alive requests
         # (see feed): a parser is some 900 bytes, a connection waiting on its
         # response or idle needs none, and a new one costs a third of a microsecond.
         self._parser: httptools.HttpRequestParser | None = None
         self._parser_done = False  # the parser's last request ended, and kept the connection
         self.state = _BETWEEN
+        self._events = _NO_FEED  # what the feed under way hands back
+        self._began = False  # a head began during the feed under way
+        self._transport: asyncio.Transport | None = None  # its reading paused and resumed here
+        self.paused = False  # its socket's reading (read, not written, by others)
         # Parse state of the request being read.
         self._url = b""
         self._headers: list[Header] = []
@@ -167,7 +169,7 @@ class RequestReader:
         self._trailers = 0  # trailer fields of the request being read (counted, never kept)
         self._synthetic = False  # the fields read are an upgraded body's synthetic head's
         #: The request whose body is being read: set at its head's end, cleared at its own.
-        self._reading: tuple[RequestHandler, Request] | None = None
+        self._reading: Request | None = None
         self._raised: RequestRejected | None = None  # by a parser callback, as it left
 
     def enter(self, state: ReadState) -> bool:
@@ -178,61 +180,86 @@ class RequestReader:
             return True
         return False
 
-    def feed(self, data: bytes | memoryview) -> None:
-        """Parse bytes read from the client; none once reading has ended."""
-        state = self.state
-        if state is _CLOSED or state is _REJECTED:
-            return
-        if state is _BETWEEN or state is _HEAD:
-            self._head_bytes += len(data)
-        parser = self._parser
-        if parser is None:
-            parser = self._parser = httptools.HttpRequestParser(self)
-        self._parser_done = False
-        try:
-            parser.feed_data(data)
-        except httptools.HttpParserUpgrade as exc:
-            self._after_upgrade(data[exc.args[0] :])
-            return
-        except httptools.HttpParserCallbackError as exc:
-            # httptools sets __context__ to what our callback raised; a rejection
-            # is also kept by the callback, so it is told right without that.
-            raised, self._raised = self._raised or exc.__context__, None
-            if isinstance(raised, RequestRejected):
-                self._events.refuse(raised.status, raised.reason)
+    def feed(self, data: bytes | memoryview) -> list[ReadEvent]:
+        """Parse bytes read from the client: what they held (see :data:`ReadEvent`);
+        nothing once reading has ended."""
+        events: list[ReadEvent] = []
+        self._events = events
+        self._began = False
+        while True:
+            state = self.state
+            if state is _CLOSED or state is _REJECTED:
+                break
+            if state is _BETWEEN or state is _HEAD:
+                self._head_bytes += len(data)
+            parser = self._parser
+            if parser is None:
+                parser = self._parser = httptools.HttpRequestParser(self)
+            self._parser_done = False
+            try:
+                parser.feed_data(data)
+            except httptools.HttpParserUpgrade as exc:
+                data = data[exc.args[0] :]
+                self._after_upgrade()
+                if data:
+                    continue  # the rest is HTTP/1.1 still
+                break
+            except httptools.HttpParserCallbackError as exc:
+                # httptools sets __context__ to what our callback raised; a rejection
+                # is also kept by the callback, so it is told right without that.
+                raised, self._raised = self._raised or exc.__context__, None
+                if isinstance(raised, RequestRejected):
+                    events.append(raised)
+                else:
+                    log.error("internal error while reading a request", exc_info=raised or exc)
+                    events.append(RequestRejected(500, "internal error while reading the request"))
+            except httptools.HttpParserError as exc:
+                start = bytes(data[:16])
+                if start.startswith(_H2_PREFACE[:3]) and _H2_PREFACE.startswith(start):
+                    events.append(
+                        RequestRejected(400, "HTTP/2 connection preface on an HTTP/1.1 port")
+                    )
+                else:
+                    events.append(RequestRejected(400, f"malformed HTTP/1.1 request: {exc}"))
             else:
-                log.error("internal error while reading a request", exc_info=raised or exc)
-                self._events.refuse(500, "internal error while reading the request")
-            return
-        except httptools.HttpParserError as exc:
-            start = bytes(data[:16])
-            if start.startswith(_H2_PREFACE[:3]) and _H2_PREFACE.startswith(start):
-                self._events.refuse(400, "HTTP/2 connection preface on an HTTP/1.1 port")
-            else:
-                self._events.refuse(400, f"malformed HTTP/1.1 request: {exc}")
-            return
-        if self.state is _HEAD and self._head_bytes > MAX_HEAD_BYTES:
-            self._events.refuse(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
-        elif self._parser_done and self.state is _BETWEEN:
-            # At a keep-alive request's end a parser is as a new one is. (After
-            # one that asked to close it is not: it refuses what follows.)
-            self._parser = None
-
-    def take_unfinished(self) -> RequestHandler | None:
-        """Let go of the request whose body was still arriving (it is refused, or
-        its client went away): its handler, or None if no body was arriving."""
-        if self._reading is None:
-            return None
-        handler = self._reading[0]
-        self._reading = None
-        return handler
+                if self.state is _HEAD:
+                    if self._head_bytes > MAX_HEAD_BYTES:
+                        events.append(
+                            RequestRejected(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+                        )
+                    elif self._began:
+                        # Told last, once: a head that arrived whole needs no deadline
+                        # (what its request is told overrides it).
+                        events.append(HEAD_BEGUN)
+                elif self._parser_done and self.state is _BETWEEN:
+                    # At a keep-alive request's end a parser is as a new one is. (After
+                    # one that asked to close it is not: it refuses what follows.)
+                    self._parser = None
+            break
+        self._events = _NO_FEED  # the body bytes are the connection's to let go of
+        return events
 
     def close(self) -> None:
-        """The connection is gone: read nothing more, and let go of the parser and
-        of the connection, which both refer back here."""
+        """The connection is gone: read nothing more, and let go of the parser
+        (which refers back here) and of the transport."""
         self.enter(_CLOSED)
         self._parser = None
-        self._events = _GONE
+        self._transport = None
+
+    # ----------------------------------------------------------------- the socket's reading
+
+    def attach(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+
+    def pause_reading(self) -> None:
+        if not self.paused and self._transport is not None:
+            self.paused = True
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.paused and self._transport is not None and self.state is not _CLOSED:
+            self.paused = False
+            self._transport.resume_reading()
 
     # ----------------------------------------------------------------- parser callbacks
 
@@ -244,7 +271,7 @@ class RequestReader:
         self._headers = []
         self._head_size = 0
         self._trailers = 0
-        self._events.head_begun()
+        self._began = True
 
     def on_url(self, url: bytes) -> None:
         if self.state is _UPGRADED_BODY:
@@ -303,19 +330,18 @@ class RequestReader:
             parser.should_keep_alive(),
             upgrade=parser.should_upgrade(),
         )
-        # BODY before the handler starts: a response that ends at once (and
-        # closes the connection) moves on from here.
         self.enter(_BODY)
-        self._reading = (self._events.request_read(request), request)
+        self._reading = request
+        self._events.append(request)
 
     def on_body(self, body: bytes) -> None:
         if self._reading is not None:
-            self._reading[0].feed_body(body)
+            self._events.append(body)
 
     def on_message_complete(self) -> None:
-        if self._reading is None:
+        request = self._reading
+        if request is None:
             return
-        handler, request = self._reading
         if request.upgrade and request.has_body and self.state is not _UPGRADED_BODY:
             # llhttp stops here and calls the rest "upgraded"; the body is ours.
             self.enter(_UPGRADING)
@@ -324,19 +350,21 @@ class RequestReader:
         self._reading = None
         request.body_read()
         self._parser_done = request.wants_keep_alive
-        handler.end_body()
+        if request.has_body:
+            self._events.append(BODY_END)
 
     # ----------------------------------------------------------------- Upgrade
 
-    def _after_upgrade(self, rest: bytes | memoryview) -> None:
-        """``Upgrade`` is hop-by-hop and is not acted on: keep reading HTTP/1.1.
+    def _after_upgrade(self) -> None:
+        """``Upgrade`` is hop-by-hop and is not acted on: keep reading HTTP/1.1
+        (:meth:`feed` goes on with the rest).
 
         A body after an Upgrade head goes to a fresh parser, which must first be
         told the body's framing: a synthetic head says it, and its callbacks are
         ignored (UPGRADED_BODY) so that the body reaches the request being read."""
         self._parser = httptools.HttpRequestParser(self)
-        if self.state is _UPGRADING and self._reading is not None:
-            request = self._reading[1]
+        request = self._reading
+        if self.state is _UPGRADING and request is not None:
             framing = (
                 b"Transfer-Encoding: chunked"
                 if request.chunked
@@ -345,5 +373,3 @@ class RequestReader:
             self.enter(_UPGRADED_BODY)
             self._synthetic = True
             self._parser.feed_data(b"POST / HTTP/1.1\r\n" + framing + b"\r\n\r\n")
-        if rest:
-            self.feed(rest)

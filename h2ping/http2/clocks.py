@@ -14,25 +14,17 @@ cut, failing its streams.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
 
 from .. import errors
 from ..config import Config
 from ..errors import UpstreamError
-from ..logs import plural
-from ..stats import Stats
 from .lifetime import Lifetime
 from .liveness import Liveness
+from .observer import ConnectionObserver
 from .streams import StreamTable
 from .writeblock import WriteBlock
-
-log = logging.getLogger("h2ping.upstream")
-
-_DEAD = (
-    "conn=%d dead: nothing received for %.1fs, %.1fs after a PING (ping-timeout %gs); failing %s"
-)
 
 
 class ClockedConnection(Protocol):
@@ -43,6 +35,8 @@ class ClockedConnection(Protocol):
     def id(self) -> int: ...
     @property
     def table(self) -> StreamTable: ...
+    @property
+    def observer(self) -> ConnectionObserver: ...
     def ping(self, payload: bytes) -> None: ...
     def close(self, reason: str) -> None: ...
     def cut(self, reason: str, error: UpstreamError) -> None: ...
@@ -61,12 +55,11 @@ class ConnectionClocks(Generic[Conn]):
         conn: Conn,
         config: Config,
         ping_interval: float,
-        stats: Stats,
         on_age: Callable[[Conn], None] | None,
     ) -> None:
         self._conn: Conn | None = conn  # None once it ended (close)
         self._on_age = on_age
-        self.liveness = Liveness(ping_interval, config.ping_timeout, conn.ping, self._dead, stats)
+        self.liveness = Liveness(ping_interval, config.ping_timeout, conn.ping, self._dead)
         loop = asyncio.get_running_loop()
         self.lifetime = Lifetime(
             loop,
@@ -76,7 +69,7 @@ class ConnectionClocks(Generic[Conn]):
             self._idle,
             self._busy,
         )
-        self.writes = WriteBlock(loop, conn.id, conn.cut, config.write_timeout)
+        self.writes = WriteBlock(loop, conn.id, conn.cut, config.write_timeout, conn.observer)
 
     def start(self) -> None:
         """The connection is open: its PINGs run (its lifetime started the age
@@ -108,14 +101,13 @@ class ConnectionClocks(Generic[Conn]):
 
     def _idle(self, seconds: float) -> None:
         if (conn := self._conn) is not None:
-            log.info("conn=%d idle for %.1fs: closing", conn.id, seconds)
+            conn.observer.went_idle(seconds)
             conn.close("idle-conn-timeout")
 
     def _dead(self, silent_for: float, since_ping: float) -> None:
         conn = self._conn
         if conn is None:
             return
-        timeout, failing = self.liveness.timeout, plural(conn.table.count(), "stream")
-        log.warning(_DEAD, conn.id, silent_for, since_ping, timeout, failing)
+        conn.observer.peer_dead(silent_for, since_ping, self.liveness.timeout, conn.table.count())
         why = f"upstream connection {conn.id} dead: no frame for {silent_for:.1f}s after a PING"
         conn.cut("ping timeout", UpstreamError(errors.CONNECTION_TERMINATED, why))

@@ -21,6 +21,7 @@ from ..egress import ProxyURL
 from ..errors import UpstreamError
 from ..sockets import caused_by_shortage, nofile_limits, set_tcp_keepalive
 from ..stats import Stats
+from .lifetime import ConnState
 from .observer import reported
 from .pingbackoff import PingBackoff
 from .tlslayer import NoApplicationProtocol, SessionCache, TLSLayer
@@ -135,7 +136,7 @@ async def connect(
     config: Config,
     ssl_context: ssl.SSLContext | None,
     conn_id: int,
-    on_change: Callable[[UpstreamConnection], None],
+    on_change: Callable[[UpstreamConnection, ConnState], None],
     stats: Stats,
     on_age: Callable[[UpstreamConnection], None] | None = None,
     ping_backoff: PingBackoff | None = None,
@@ -153,7 +154,6 @@ async def connect(
         config,
         conn_id,
         on_change,
-        stats,
         on_age,
         ping_backoff,
         window_budget,

@@ -42,29 +42,23 @@ def turn_share(open_streams: int) -> int:
 
 
 class InboundTurns:
-    """The inbound schedule of one connection.
+    """The inbound schedule of one connection: it says how much the connection
+    handles now and when it handles more; the connection handles it.
 
-    ``take_batch(budget)`` handles about ``budget`` bytes of the backlog and
-    returns how many; ``backlog_ready()`` says whether whole frames wait;
-    ``over()`` whether the connection has ended (then nothing more is taken);
-    ``open_streams()`` how many streams the connection carries (turn_share)."""
+    The connection asks :meth:`budget` when bytes arrived, handles about that
+    much of its backlog and says what came of it (:meth:`took`: how much, and
+    whether whole frames still wait). When more waits, the schedule stops the
+    transport's reading and has the loop call ``turn(True)`` (the connection's)
+    next iteration, which does the same again, saying it is the turn that was
+    scheduled (``budget(..., scheduled=True)``)."""
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        take_batch: Callable[[int], int],
-        backlog_ready: Callable[[], bool],
-        over: Callable[[], bool],
-        open_streams: Callable[[], int],
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, turn: Callable[[bool], None]) -> None:
         self._loop = loop
-        self._take_batch = take_batch
-        self._backlog_ready = backlog_ready
-        self._over = over
-        self._open_streams = open_streams
+        self._turn = turn
         self._transport: asyncio.Transport | None = None
-        self._next: asyncio.Handle | None = None  # the next batch, next iteration
+        self._next: asyncio.Handle | None = None  # the next turn, next iteration
         self._reset: asyncio.Handle | None = None  # ends this iteration's share
+        self._share = 0  # this iteration's share, as the last budget() said
         self._taken = 0  # inbound bytes handled in this loop iteration
         self._read_paused = False  # while frames wait for their turn
         self._held = False  # by hold(): the peer does not take what we write
@@ -73,10 +67,39 @@ class InboundTurns:
     def attach(self, transport: asyncio.Transport) -> None:
         self._transport = transport
 
-    def arrived(self) -> None:
-        """Bytes were added to the backlog."""
-        if self._next is None:  # else the next turn takes these bytes too
-            self._take_turn()
+    def budget(self, open_streams: int, scheduled: bool = False) -> int | None:
+        """How much of what arrived the connection, carrying ``open_streams``
+        streams, handles now: the rest of this iteration's share (then it tells
+        :meth:`took`); None when a turn is already scheduled (it takes these
+        bytes too). ``scheduled``: this is that turn, a new iteration's share."""
+        if scheduled:
+            self._next = None
+            self._taken = 0
+        elif self._next is not None:
+            return None
+        self._share = share = turn_share(open_streams)
+        return share - self._taken
+
+    def took(self, taken: int, backlog: bool) -> None:
+        """The connection handled ``taken`` bytes (of :meth:`budget`'s);
+        ``backlog``: whole frames still wait. Leave the rest for the next
+        iteration, not reading meanwhile."""
+        self._taken += taken
+        if backlog or self._taken >= self._share:
+            # Paused even with nothing left: else the loop would hand over the
+            # next read in this same iteration (uvloop reads up to 32 times).
+            if self._reset is not None:
+                self._reset.cancel()
+                self._reset = None
+            self._next = self._loop.call_soon(self._turn, True)
+            self._read_paused = True
+            self._apply()
+            return
+        if self._read_paused:
+            self._read_paused = False
+            self._apply()
+        if self._taken and self._reset is None:
+            self._reset = self._loop.call_soon(self._end_iteration)
 
     def hold(self, held: bool) -> None:
         """Read nothing more while ``held`` (the peer does not read what the
@@ -93,38 +116,11 @@ class InboundTurns:
         self._next = self._reset = None
 
     def let_go(self) -> None:
-        """As :meth:`stop`, for good: let go of the connection's callbacks (a cycle
+        """As :meth:`stop`, for good: let go of the connection's callback (a cycle
         only the cyclic collector would undo) and of its transport."""
         self.stop()
-        self._take_batch = _take_nothing
-        self._backlog_ready = _no
-        self._over = _yes
-        self._open_streams = _no_streams
+        self._turn = _no_turn
         self._transport = None
-
-    def _take_turn(self) -> None:
-        """Handle what arrived, up to this iteration's share; leave the rest for
-        the next, not reading meanwhile."""
-        share = turn_share(self._open_streams())
-        taken = self._take_batch(share - self._taken)
-        if self._over():
-            return
-        self._taken += taken
-        if self._backlog_ready() or self._taken >= share:
-            # Paused even with nothing left: else the loop would hand over the
-            # next read in this same iteration (uvloop reads up to 32 times).
-            if self._reset is not None:
-                self._reset.cancel()
-                self._reset = None
-            self._next = self._loop.call_soon(self._next_turn)
-            self._read_paused = True
-            self._apply()
-            return
-        if self._read_paused:
-            self._read_paused = False
-            self._apply()
-        if self._taken and self._reset is None:
-            self._reset = self._loop.call_soon(self._end_iteration)
 
     def _apply(self) -> None:
         """Tell the transport to read or not, as the backlog and the hold say."""
@@ -138,28 +134,11 @@ class InboundTurns:
         else:
             transport.pause_reading()
 
-    def _next_turn(self) -> None:
-        self._next = None
-        self._taken = 0
-        self._take_turn()
-
     def _end_iteration(self) -> None:
         """Reads in the next loop iteration get a share of their own."""
         self._reset = None
         self._taken = 0
 
 
-def _take_nothing(budget: int) -> int:
-    return 0
-
-
-def _yes() -> bool:
-    return True
-
-
-def _no() -> bool:
-    return False
-
-
-def _no_streams() -> int:
-    return 0
+def _no_turn(scheduled: bool) -> None:
+    pass

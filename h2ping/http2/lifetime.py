@@ -120,10 +120,6 @@ class Lifetime:
         self.stop()
         return True
 
-    def ended(self) -> bool:
-        """Whether it is over (its inbound schedule then takes nothing more)."""
-        return self.state is _CLOSED
-
     def fail_setup(self, error: UpstreamError) -> None:
         """It ended before opening: its dial, and a stream sent behind the
         preface, fail with ``error``."""

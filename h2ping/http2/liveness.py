@@ -6,7 +6,9 @@ middlebox that cuts idle flows from cutting this one. The connection is dead whe
 not only the ACK: an ACK queued behind megabytes of DATA on a slow path must not
 kill a healthy connection (the Go transport waits for the ACK alone, and does).
 
-One timer per connection, checked lazily: reads only record a timestamp.
+One timer per connection, checked lazily: reads only record a timestamp. What it
+measures (a round trip, a silence) it hands back; its connection's observer counts
+and logs it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from ..stats import Stats
 from ..timers import LazyTimer
 
 #: Before declaring death, look once more after this long: if the event loop
@@ -30,7 +31,6 @@ class Liveness:
         timeout: float,
         send_ping: Callable[[bytes], None],
         on_dead: Callable[[float, float], None],
-        stats: Stats,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         """``send_ping(payload)`` writes a PING; ``on_dead(silent_for, since_ping)``
@@ -41,7 +41,6 @@ class Liveness:
         self.timeout = timeout
         self._send_ping = send_ping
         self._on_dead = on_dead
-        self._stats = stats
         self.last_read = self._loop.time()
         self._sent_at: float | None = None  # loop time, for the timers
         self._sent_precise = 0.0  # perf_counter: uvloop's clock has 1 ms resolution
@@ -66,9 +65,12 @@ class Liveness:
     def saw_bytes(self) -> None:
         self.last_read = self._loop.time()
 
-    def on_ack(self, payload: bytes) -> None:
-        answered = payload == self._payload and self._sent_at is not None
-        self._stats.ping_acked(time.perf_counter() - self._sent_precise if answered else None)
+    def on_ack(self, payload: bytes) -> float | None:
+        """A PING ACK arrived: the round trip in seconds when it answers the PING
+        in flight, else None."""
+        if payload == self._payload and self._sent_at is not None:
+            return time.perf_counter() - self._sent_precise
+        return None
 
     def _schedule(self, when: float) -> None:
         if self._interval > 0:
@@ -88,7 +90,6 @@ class Liveness:
                 self._schedule(now + DEATH_CONFIRM_DELAY)
                 return
             else:
-                self._stats.ping_timed_out()
                 self._on_dead(now - self.last_read, now - sent_at)
                 return
         self._confirming = False
@@ -101,7 +102,6 @@ class Liveness:
         self._sent_at = now
         self._sent_precise = time.perf_counter()
         self._send_ping(self._payload)
-        self._stats.ping_sent()
         # Look again after an interval: an ACK by then restarts the idle clock.
         self._schedule(now + min(self._interval, self.timeout))
 

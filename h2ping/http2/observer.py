@@ -3,7 +3,9 @@
 An :class:`~.upstream.UpstreamConnection` is given a :class:`ConnectionObserver`
 when it is made (the default, :data:`UNOBSERVED`, hears nothing) and tells it each
 moment as it comes: dialled, TLS done, the peer's SETTINGS, a PING sent and its
-ACK, a GOAWAY, a stream reset either way, the socket lost, the end and why. The
+ACK, the receive window widened, a GOAWAY, a stream reset either way, and the end
+and why: the peer found dead, the connection idle, the peer not reading what is
+written, the socket lost, the end itself. The
 observer only hears: the connection handles each moment as it always does, so a
 report built on it (``h2ping check``) does not depend on the order the
 connection's methods run in, and nothing needs to subclass the connection.
@@ -18,11 +20,12 @@ connection (the check's), not for a pool's many.
 
 What is counted and logged of a connection's life is counted and logged here,
 by observers the connection's maker gives it (:func:`reported`, composed with
-:class:`Observers`): :class:`ConnectionMetrics` (GOAWAYs, resumed TLS sessions)
-and :class:`ConnectionLog` (a GOAWAY that says something new). The connection
-itself only tells. What is measured inside a part (a PING's round trip, a
-receive window's growth, how long a dead peer was silent) is counted where it
-is measured.
+:class:`Observers`): :class:`ConnectionMetrics` (PINGs and their round trips,
+the window's PINGs and growth, dead peers, GOAWAYs, resumed TLS sessions) and
+:class:`ConnectionLog` (a GOAWAY that says something new, the window's growth,
+and why a connection ends on its own: a dead peer, idle, a peer not reading).
+The connection and its parts only tell, with what they measured (a round trip,
+how long a peer was silent).
 """
 
 from __future__ import annotations
@@ -34,10 +37,19 @@ from typing import Protocol
 
 from h2.errors import ErrorCodes
 
+from ..logs import plural
 from ..stats import Stats
 from .engine import Goaway
 
 log = logging.getLogger("h2ping.upstream")
+
+_DEAD = (
+    "conn=%d dead: nothing received for %.1fs, %.1fs after a PING (ping-timeout %gs); failing %s"
+)
+_STALLED = (
+    "conn=%d upstream is not reading what h2ping writes: %d bytes waiting, none taken "
+    "for %.1fs (write-timeout %gs); closing, failing %s"
+)
 
 
 class ConnectionObserver(Protocol):
@@ -52,13 +64,36 @@ class ConnectionObserver(Protocol):
     def settings_heard(self, settings: Mapping[int, int]) -> None:
         """A SETTINGS frame of the peer's: every setting sent so far, as sent."""
 
-    def ping_sent(self, payload: bytes) -> None: ...
+    def ping_sent(self, payload: bytes, for_window: bool) -> None:
+        """A PING went out: one that times the round trip for the receive window
+        (``for_window``), or another (the keepalive's, the check's)."""
 
-    def ping_acked(self, payload: bytes) -> None: ...
+    def ping_acked(self, payload: bytes, round_trip: float | None, for_window: bool) -> None:
+        """A PING ACK arrived: ``round_trip`` in seconds when it answered the PING
+        in flight of its kind (None: an ACK of no PING the connection waits for)."""
+
+    def window_widened(self, size: int, round_trip: float) -> None:
+        """The streams' receive window grew to ``size`` bytes, measured over a
+        round trip of ``round_trip`` seconds."""
 
     def goaway_received(self, goaway: Goaway, open_streams: int) -> None:
         """The peer sent a GOAWAY while ``open_streams`` streams were open; told
         before the connection drains or fails a stream for it."""
+
+    def peer_dead(
+        self, silent_for: float, since_ping: float, timeout: float, open_streams: int
+    ) -> None:
+        """Nothing arrived for ``silent_for`` seconds, ``since_ping`` after a PING
+        (more than ``timeout``): the connection is cut next, failing ``open_streams``."""
+
+    def went_idle(self, seconds: float) -> None:
+        """No stream for ``seconds``: the connection closes next."""
+
+    def writes_stalled(
+        self, waiting: int, stalled_for: float, timeout: float, open_streams: int
+    ) -> None:
+        """The peer took none of the ``waiting`` bytes written for ``stalled_for``
+        seconds (more than ``timeout``): the connection is cut next, failing ``open_streams``."""
 
     def stream_reset(self, stream_id: int, error_code: int, by_peer: bool) -> None:
         """A stream ended with RST_STREAM: sent by the peer, or by the connection's
@@ -87,13 +122,29 @@ class Unobserved:
     def settings_heard(self, settings: Mapping[int, int]) -> None:
         pass
 
-    def ping_sent(self, payload: bytes) -> None:
+    def ping_sent(self, payload: bytes, for_window: bool) -> None:
         pass
 
-    def ping_acked(self, payload: bytes) -> None:
+    def ping_acked(self, payload: bytes, round_trip: float | None, for_window: bool) -> None:
+        pass
+
+    def window_widened(self, size: int, round_trip: float) -> None:
         pass
 
     def goaway_received(self, goaway: Goaway, open_streams: int) -> None:
+        pass
+
+    def peer_dead(
+        self, silent_for: float, since_ping: float, timeout: float, open_streams: int
+    ) -> None:
+        pass
+
+    def went_idle(self, seconds: float) -> None:
+        pass
+
+    def writes_stalled(
+        self, waiting: int, stalled_for: float, timeout: float, open_streams: int
+    ) -> None:
         pass
 
     def stream_reset(self, stream_id: int, error_code: int, by_peer: bool) -> None:
@@ -130,17 +181,37 @@ class Observers:
         for observer in self._observers:
             observer.settings_heard(settings)
 
-    def ping_sent(self, payload: bytes) -> None:
+    def ping_sent(self, payload: bytes, for_window: bool) -> None:
         for observer in self._observers:
-            observer.ping_sent(payload)
+            observer.ping_sent(payload, for_window)
 
-    def ping_acked(self, payload: bytes) -> None:
+    def ping_acked(self, payload: bytes, round_trip: float | None, for_window: bool) -> None:
         for observer in self._observers:
-            observer.ping_acked(payload)
+            observer.ping_acked(payload, round_trip, for_window)
+
+    def window_widened(self, size: int, round_trip: float) -> None:
+        for observer in self._observers:
+            observer.window_widened(size, round_trip)
 
     def goaway_received(self, goaway: Goaway, open_streams: int) -> None:
         for observer in self._observers:
             observer.goaway_received(goaway, open_streams)
+
+    def peer_dead(
+        self, silent_for: float, since_ping: float, timeout: float, open_streams: int
+    ) -> None:
+        for observer in self._observers:
+            observer.peer_dead(silent_for, since_ping, timeout, open_streams)
+
+    def went_idle(self, seconds: float) -> None:
+        for observer in self._observers:
+            observer.went_idle(seconds)
+
+    def writes_stalled(
+        self, waiting: int, stalled_for: float, timeout: float, open_streams: int
+    ) -> None:
+        for observer in self._observers:
+            observer.writes_stalled(waiting, stalled_for, timeout, open_streams)
 
     def stream_reset(self, stream_id: int, error_code: int, by_peer: bool) -> None:
         for observer in self._observers:
@@ -157,16 +228,48 @@ class Observers:
 
 class ConnectionMetrics(Unobserved):
     """Counts what a connection's life adds to the proxy's counters (``stats``):
-    the GOAWAYs it received, and whether its TLS handshake resumed a session."""
+    its PINGs, their ACKs and round trips, its window's PINGs and growth, a dead
+    peer, the GOAWAYs it received, and whether its TLS handshake resumed a session.
+    A PING sent before the peer's first SETTINGS (the window's, behind the
+    preface) is counted once they come: a connection that never opened, to a
+    server that does not speak HTTP/2, sent nobody a PING worth counting."""
 
-    __slots__ = ("_stats",)
+    __slots__ = ("_opened", "_stats", "_unopened_window_pings")
 
     def __init__(self, stats: Stats) -> None:
         self._stats = stats
+        self._opened = False
+        self._unopened_window_pings = 0
 
     def tls_done(self, ssl_object: ssl.SSLObject) -> None:
         if ssl_object.session_reused:
             self._stats.tls_resumed()
+
+    def settings_heard(self, settings: Mapping[int, int]) -> None:
+        if not self._opened:
+            self._opened = True
+            self._stats.window_pinged(self._unopened_window_pings)
+            self._unopened_window_pings = 0
+
+    def ping_sent(self, payload: bytes, for_window: bool) -> None:
+        if not for_window:
+            self._stats.ping_sent()
+        elif self._opened:
+            self._stats.window_pinged()
+        else:
+            self._unopened_window_pings += 1
+
+    def ping_acked(self, payload: bytes, round_trip: float | None, for_window: bool) -> None:
+        if not for_window:
+            self._stats.ping_acked(round_trip)
+
+    def window_widened(self, size: int, round_trip: float) -> None:
+        self._stats.window_raised()
+
+    def peer_dead(
+        self, silent_for: float, since_ping: float, timeout: float, open_streams: int
+    ) -> None:
+        self._stats.ping_timed_out()
 
     def goaway_received(self, goaway: Goaway, open_streams: int) -> None:
         self._stats.goaway_received()
@@ -175,8 +278,9 @@ class ConnectionMetrics(Unobserved):
 class ConnectionLog(Unobserved):
     """Logs what a connection's life says that an operator reads: a GOAWAY, when
     it says something new (a repeated one, which the engine's flood budget ends a
-    connection for sending many of, is no news). One per connection: it
-    remembers what it has said."""
+    connection for sending many of, is no news); why it ends on its own (a dead
+    peer, idle, a peer that reads nothing); at debug, its window's growth. One per
+    connection: it remembers what it has said."""
 
     __slots__ = ("_error", "_id", "_least")
 
@@ -198,6 +302,29 @@ class ConnectionLog(Unobserved):
             )
         if goaway.error_code != ErrorCodes.NO_ERROR:
             self._error = goaway.code_name
+
+    def window_widened(self, size: int, round_trip: float) -> None:
+        log.debug(
+            "conn=%d stream windows now %d bytes (round trip %.2f ms)",
+            self._id,
+            size,
+            round_trip * 1000,
+        )
+
+    def peer_dead(
+        self, silent_for: float, since_ping: float, timeout: float, open_streams: int
+    ) -> None:
+        failing = plural(open_streams, "stream")
+        log.warning(_DEAD, self._id, silent_for, since_ping, timeout, failing)
+
+    def went_idle(self, seconds: float) -> None:
+        log.info("conn=%d idle for %.1fs: closing", self._id, seconds)
+
+    def writes_stalled(
+        self, waiting: int, stalled_for: float, timeout: float, open_streams: int
+    ) -> None:
+        failing = plural(open_streams, "stream")
+        log.warning(_STALLED, self._id, waiting, stalled_for, timeout, failing)
 
 
 def reported(stats: Stats, conn_id: int, *others: ConnectionObserver) -> ConnectionObserver:

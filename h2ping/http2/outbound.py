@@ -36,8 +36,16 @@ class OutboundPump:
         self._transport: asyncio.Transport | None = None
         # Streams whose body waits to be sent, in the order they take turns.
         self._blocked: dict[UpstreamStream, None] = {}
+        # Windows the peer opened while the engine handled a batch, in order (a
+        # stream, or None: the connection's); pumped once the batch is over.
+        self.opened: dict[UpstreamStream | None, None] = {}
         self._unflushed = 0  # DATA bytes framed since the last write (PUMP_BATCH)
         self._write_paused = False
+        #: How much request body may become DATA frames before the next write,
+        #: over all the streams: PUMP_BATCH less what was framed since the last
+        #: write; nothing while the transport has paused writing. A stream frames
+        #: its body within it (read, not asked: it is a value kept here).
+        self.budget = PUMP_BATCH
         self._pumps_scheduled = False
         self._flush_scheduled = False
 
@@ -45,14 +53,25 @@ class OutboundPump:
         self._transport = transport
 
     # ------------------------------------------------------------ request bodies
+    #
+    # A stream whose body grew frames it at once, within budget, and says what
+    # came of it (framed); the turns here (the next loop turn, a window opened,
+    # the socket drained) frame a waiting stream's body the same way (_pump).
+    # Either way one side drives and the other is told values.
 
-    def pump(self, stream: UpstreamStream) -> None:
-        """Move a stream's queued body into DATA frames as far as windows allow."""
-        paused = self._write_paused
-        framed, spent, ready = stream.frame_body(0 if paused else PUMP_BATCH - self._unflushed)
-        self._unflushed += framed
-        if stream.has_body_queued:
-            if spent and not paused:  # to the back: the others go first once this is written
+    def framed(
+        self, stream: UpstreamStream, nbytes: int, spent: bool, queued: bool, ready: bool = False
+    ) -> None:
+        """``stream`` framed ``nbytes`` of its body; ``spent``: the budget stopped
+        it; ``queued``: body still waits (it takes its turn here); ``ready``: its
+        queue fell below SEND_LOW_WATER as its sink added to it, which the sink
+        hears from the loop (it is amid its own call)."""
+        if ready:
+            self._loop.call_soon(_tell_ready, stream)
+        self._unflushed += nbytes
+        self.budget -= nbytes
+        if queued:
+            if spent and not self._write_paused:  # to the back: the others go first
                 self._blocked.pop(stream, None)
                 self.schedule_flush()
                 self._schedule_pumps()
@@ -60,18 +79,36 @@ class OutboundPump:
         else:
             self._blocked.pop(stream, None)
         self.schedule_flush()
+
+    def _pump(self, stream: UpstreamStream) -> None:
+        """A waiting stream's turn: its queued body into DATA frames as far as
+        windows allow."""
+        framed, spent, ready, queued = stream.frame_body(self.budget)
+        self.framed(stream, framed, spent, queued)
         if ready:
             stream.got_send_ready()
 
     def window_opened(self, stream: UpstreamStream | None) -> None:
-        """The peer raised a window: ``stream``'s, or the connection's (None)."""
-        if stream is None:
-            self._pump_blocked()
-        elif stream in self._blocked:
-            self.pump(stream)
+        """The peer raised a window: ``stream``'s, or the connection's (None).
+        Told amid the engine's batch, which the bodies' frames must not reenter:
+        the connection has them pumped once the batch is over (:meth:`pump_opened`),
+        before its write."""
+        if stream is None or stream in self._blocked:
+            self.opened[stream] = None
+
+    def pump_opened(self) -> None:
+        """Carry on with the streams whose windows opened, in the order they did."""
+        opened, self.opened = self.opened, {}
+        for stream in opened:
+            if stream is None:
+                self._pump_blocked()
+            elif stream in self._blocked:
+                self._pump(stream)
 
     def forget(self, stream: UpstreamStream) -> None:
         self._blocked.pop(stream, None)
+        if self.opened:
+            self.opened.pop(stream, None)
 
     def _schedule_pumps(self) -> None:
         if not self._pumps_scheduled:
@@ -90,14 +127,16 @@ class OutboundPump:
                 self._schedule_pumps()
                 break
             if not stream.closed:
-                self.pump(stream)
+                self._pump(stream)
 
     def pause_writing(self) -> None:
         # The socket buffer is full: stop turning request bodies into frames.
         self._write_paused = True
+        self.budget = 0
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self.budget = PUMP_BATCH - self._unflushed
         self._pump_blocked()
 
     # ------------------------------------------------------------- window credit
@@ -118,7 +157,18 @@ class OutboundPump:
     def flush(self) -> None:
         """Hand everything the engine has queued to the transport, in one write."""
         self._flush_scheduled = False
-        self._unflushed = 0
+        if self._unflushed:  # bodies were framed since the last write: a new batch
+            self._unflushed = 0
+            if not self._write_paused:
+                self.budget = PUMP_BATCH
         data = self._engine.data_to_send()
         if data and self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
+
+
+def _tell_ready(stream: UpstreamStream) -> None:
+    """A stream's queue fell below SEND_LOW_WATER while its sink sent on it: the
+    sink may send again, unless the stream ended meanwhile or its queue went
+    past the high mark again (then it hears so when the queue falls again)."""
+    if not stream.closed and not stream.backlogged:
+        stream.got_send_ready()

@@ -25,7 +25,6 @@ from h2.errors import ErrorCodes
 
 from .. import errors
 from ..errors import UpstreamError
-from ..stats import Stats
 from .engine import Goaway
 from .liveness import Liveness
 from .observer import ConnectionObserver
@@ -69,14 +68,12 @@ class PeerEventHandler:
         self,
         conn: PeerEventsHost,
         liveness: Liveness,
-        stats: Stats,
         ping_backoff: PingBackoff | None,
     ) -> None:
         """``ping_backoff``, shared by the connections to one upstream, hears of a
         GOAWAY that punishes PINGs."""
         self._conn = conn
         self._liveness = liveness
-        self._stats = stats
         self._ping_backoff = ping_backoff
         self.goaway_last_stream_id: int | None = None  # the least a GOAWAY said
         self.goaway_error = ""  # the error code of a GOAWAY that had one
@@ -86,10 +83,6 @@ class PeerEventHandler:
         leads back to the connection (a cycle only the cyclic collector would undo)."""
         del self._conn, self._liveness
         self._ping_backoff = None
-
-    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
-        # An abandoned stream's data still counts against the connection window.
-        self._conn.outbound.give_credit(stream_id, flow_controlled_length)
 
     def on_window_update(self, stream_id: int) -> None:
         conn = self._conn
@@ -105,21 +98,16 @@ class PeerEventHandler:
         self._conn.settings_received()
 
     def on_ping_ack(self, payload: bytes) -> None:
-        window = self._conn.window
+        conn = self._conn
+        window = conn.window
         grown = window.acked(payload)
-        self._conn.observer.ping_acked(payload)
-        if grown is None:
-            self._liveness.on_ack(payload)
-        elif grown:
-            self._conn.table.widen(grown)
-            self._stats.window_raised()
-            rtt = window.rtt or 0.0
-            log.debug(
-                "conn=%d stream windows now %d bytes (round trip %.2f ms)",
-                self._conn.id,
-                window.size,
-                rtt * 1000,
-            )
+        if grown is None:  # not the window's: the keepalive's, or another
+            conn.observer.ping_acked(payload, self._liveness.on_ack(payload), for_window=False)
+            return
+        conn.observer.ping_acked(payload, window.rtt, for_window=True)
+        if grown:
+            conn.table.widen(grown)
+            conn.observer.window_widened(window.size, window.rtt or 0.0)
 
     def on_internal_error(self, stream_id: int) -> None:
         conn = self._conn

@@ -69,17 +69,28 @@ class StreamSink(Protocol):
 
     def on_informational(self, headers: list[Header]) -> None: ...
     def on_response(self, headers: list[Header], end_stream: bool) -> None: ...
-    def on_data(self, data: bytes, flow_controlled_length: int) -> None: ...
+    def on_data(self, data: bytes, flow_controlled_length: int) -> int:
+        """``data`` of the response; returns the credit to give back at once: the
+        flow-controlled bytes its client took now (``flow_controlled_length``),
+        or 0 while the client reads nothing (it is given later, ``ack_held``)."""
+        ...
+
     def on_end(self) -> None: ...
     def on_error(self, error: UpstreamError) -> None: ...
     def on_send_ready(self) -> None: ...
 
 
 class BodyPump(Protocol):
-    """What the streams ask of their connection's writing
-    (:class:`~h2ping.http2.outbound.OutboundPump`, which imports this module)."""
+    """What the streams tell their connection's writing
+    (:class:`~h2ping.http2.outbound.OutboundPump`, which imports this module):
+    a stream frames its own body within its ``budget`` and says what came of it
+    (``framed``); the pump's own turns frame a waiting stream's body the same way."""
 
-    def pump(self, stream: UpstreamStream) -> None: ...
+    budget: int
+
+    def framed(
+        self, stream: UpstreamStream, nbytes: int, spent: bool, queued: bool, ready: bool
+    ) -> None: ...
     def schedule_flush(self) -> None: ...
     def forget(self, stream: UpstreamStream) -> None: ...
     def give_credit(self, stream_id: int, nbytes: int) -> None: ...
@@ -153,22 +164,32 @@ class UpstreamStream:
             self._outq = deque()
         self._outq.append(memoryview(data))
         self.pending_bytes += len(data)
-        self.table.outbound.pump(self)
+        self._pump()
 
     def end(self) -> None:
         """The request body is complete (END_STREAM after the queued bytes)."""
         if self.state is not StreamState.SENDING:
             return
         self.state = StreamState.ENDING
-        self.table.outbound.pump(self)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Frame what the body has for the peer now, within the write's share
+        (the pump's ``budget``), and tell the pump what came of it. The sink,
+        which is amid its ``send`` or ``end``, hears that it may send again
+        (``on_send_ready``) from the pump's next turn, not from within."""
+        outbound = self.table.outbound
+        framed, spent, ready, queued = self.frame_body(outbound.budget)
+        outbound.framed(self, framed, spent, queued, ready)
 
     def ack(self, nbytes: int) -> None:
-        """Give ``nbytes`` of response data back to the peer as window credit."""
+        """Give ``nbytes`` of response data back to the peer as window credit,
+        later than it was delivered (its client drained): through the writing,
+        which has the engine queue the WINDOW_UPDATE and writes it."""
         if nbytes <= 0 or self.state is _CLOSED:
             return
         self.unacked -= nbytes
-        if self._engine.give_credit(self.stream_id, nbytes):
-            self.table.outbound.schedule_flush()  # a WINDOW_UPDATE is due
+        self.table.outbound.give_credit(self.stream_id, nbytes)
 
     def widen(self, increment: int) -> None:
         """Grow the receive window by ``increment`` (taken from the window budget,
@@ -203,9 +224,17 @@ class UpstreamStream:
     def got_response(self, headers: list[Header], end_stream: bool) -> None:
         self.sink.on_response(headers, end_stream)
 
-    def got_data(self, data: bytes, flow_controlled_length: int) -> None:
-        self.unacked += flow_controlled_length
-        self.sink.on_data(data, flow_controlled_length)
+    def got_data(self, data: bytes, flow_controlled_length: int) -> int:
+        """Response data; returns the credit the engine gives back now (what the
+        sink's client took at once). The rest is held here until ``ack``."""
+        taken = self.sink.on_data(data, flow_controlled_length)
+        if self.state is _CLOSED:
+            # Ended meanwhile (its client went away): its end gave back what it
+            # held; this data's credit goes back too, by the engine.
+            return flow_controlled_length
+        if taken != flow_controlled_length:
+            self.unacked += flow_controlled_length - taken
+        return taken
 
     def got_end(self) -> None:
         """The response is complete."""
@@ -249,17 +278,13 @@ class UpstreamStream:
         """Its queued body fell below SEND_LOW_WATER: the client may be read again."""
         self.sink.on_send_ready()
 
-    @property
-    def has_body_queued(self) -> bool:
-        return bool(self._outq)
-
-    def frame_body(self, budget: int) -> tuple[int, bool, bool]:
+    def frame_body(self, budget: int) -> tuple[int, bool, bool, bool]:
         """Turn queued body into DATA frames as far as the peer's windows and
         ``budget`` allow (a frame may pass ``budget`` by less than one frame), and
         END_STREAM once the body is complete and sent. Returns the bytes framed,
-        whether ``budget`` is what stopped it, and whether the queue just fell
-        below SEND_LOW_WATER (the caller then tells the sink, ``on_send_ready``,
-        once its own bookkeeping is done)."""
+        whether ``budget`` is what stopped it, whether the queue just fell below
+        SEND_LOW_WATER (the caller then tells the sink, ``on_send_ready``, once
+        the pump's bookkeeping is done), and whether body still waits."""
         engine = self._engine
         queue = self._outq
         was_high = self.pending_bytes >= SEND_LOW_WATER
@@ -291,7 +316,8 @@ class UpstreamStream:
                 self.state = StreamState.SENT
         except h2.exceptions.StreamClosedError:
             self.drop_body()
-        return budget - left, stopped_by_budget, was_high and self.pending_bytes < SEND_LOW_WATER
+        ready = was_high and self.pending_bytes < SEND_LOW_WATER
+        return budget - left, stopped_by_budget, ready, bool(self._outq)
 
     def drop_body(self) -> None:
         """Forget the queued body: the peer will not take it."""
@@ -352,7 +378,7 @@ class StreamSlot:
         return f"<slot on conn {self.table.id}{' spent' if self._spent else ''}>"
 
 
-def _unheard() -> None:
+def _unheard(state: ConnState | None = None) -> None:
     pass
 
 
@@ -379,14 +405,14 @@ class StreamTable:
         outbound: BodyPump,
         window: ReceiveWindow,
         observer: ConnectionObserver,
-        on_change: Callable[[], None],
+        on_change: Callable[[ConnState], None],
         on_drained: Callable[[], None],
         cap: int,
     ) -> None:
         """``window``: the connection's receive window, whose raises each new
         stream takes as far as its budget allows; ``cap``: -max-streams-per-conn
-        (0: none). The engine is told each stream as its request goes, and when it
-        is forgotten."""
+        (0: none). The engine finds who hears a stream through the table's lookup
+        (``streams.get``): the table is the only holder of its streams."""
         self.id = conn_id
         self.outbound = outbound
         self.streams: dict[int, UpstreamStream] = {}
@@ -401,6 +427,7 @@ class StreamTable:
         self._on_change = on_change
         self._on_drained = on_drained
         self._preface_out = False
+        engine.heard_through(self.streams.get)
 
     @property
     def free_slots(self) -> int:
@@ -485,14 +512,14 @@ class StreamTable:
         engine = self._engine
         stream_id = engine.next_stream_id()
         stream = UpstreamStream(self, engine, stream_id, sink, ended=end_stream)
-        engine.send_request(stream_id, headers, end_stream, stream)
+        engine.send_request(stream_id, headers, end_stream)
         window = self._window
         if (wanted := window.extra) and (extra := window.budget.take(wanted)):
             stream.widen(extra)  # the window's raises so far, as the budget allows
         self.streams[stream_id] = stream
         self.outbound.schedule_flush()
         if stream_id >= LAST_USABLE_STREAM_ID and life.drain("stream ids exhausted"):
-            self._on_change()  # it takes no new streams; this one goes on
+            self._on_change(life.state)  # it takes no new streams; this one goes on
         return stream
 
     def writes_paused(self) -> None:
@@ -503,7 +530,7 @@ class StreamTable:
         """The peer reads what the connection writes again: its slots are news."""
         self.writes_blocked = False
         if self._life.state is ConnState.OPEN:
-            self._on_change()
+            self._on_change(ConnState.OPEN)
 
     def unreserve(self, freed: bool) -> None:
         """A reservation ended: used for a stream, or (``freed``) given back or
@@ -514,7 +541,7 @@ class StreamTable:
             if not self.busy:
                 self._on_drained()
         elif freed and state is ConnState.OPEN:
-            self._on_change()
+            self._on_change(state)
 
     def reset(self, stream: UpstreamStream, error_code: int) -> None:
         """End ``stream`` with RST_STREAM ``error_code``; its slot is free."""
@@ -553,8 +580,7 @@ class StreamTable:
         credit = stream.close()
         if stream.extra:
             self._window.budget.give(stream.extra)
-        self.streams.pop(stream.stream_id, None)
-        self._engine.forget(stream.stream_id)
+        self.streams.pop(stream.stream_id, None)  # the engine's lookup too: nobody hears it
         self.outbound.forget(stream)
         state = self._life.state
         if state is ConnState.CLOSED:
@@ -564,7 +590,7 @@ class StreamTable:
         if not self.streams:
             self._life.went_idle()
         if state is ConnState.OPEN:
-            self._on_change()  # a slot is free
+            self._on_change(state)  # a slot is free
         elif state is ConnState.DRAINING and not self.busy:
             self._on_drained()
 

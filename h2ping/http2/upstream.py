@@ -40,7 +40,6 @@ from h2.errors import ErrorCodes
 from .. import errors
 from ..config import Config
 from ..errors import UpstreamError
-from ..stats import Stats
 from .clocks import ConnectionClocks
 from .engine import ConnectionFault, H2Engine, Heard, new_engine
 from .inbound import INBOUND_BATCH, READ_SIZE, InboundTurns
@@ -86,8 +85,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self,
         config: Config,
         conn_id: int,
-        on_change: Callable[[UpstreamConnection], None],
-        stats: Stats,
+        on_change: Callable[[UpstreamConnection, ConnState], None],
         on_age: Callable[[UpstreamConnection], None] | None = None,
         ping_backoff: PingBackoff | None = None,
         window_budget: WindowBudget | None = None,
@@ -101,13 +99,12 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.observer = observer
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._stats = stats
         self._read_buffer = memoryview(bytearray(READ_SIZE))
         self.ping_interval, measuring = new_connection_pings(config, ping_backoff)
         self.window = ReceiveWindow(config.max_receive_window, measuring, budget=window_budget)
-        self.clocks = ConnectionClocks(self, config, self.ping_interval, stats, on_age)
+        self.clocks = ConnectionClocks(self, config, self.ping_interval, on_age)
         self.lifetime = self.clocks.lifetime  # its state, and its age and idle clocks
-        self.peer = PeerEventHandler(self, self.clocks.liveness, stats, ping_backoff)
+        self.peer = PeerEventHandler(self, self.clocks.liveness, ping_backoff)
         self._engine: H2Engine = new_engine(self.peer, config.max_response_header_bytes)
         self.outbound: OutboundPump = OutboundPump(self._loop, self._engine)
         self.table = StreamTable(
@@ -121,9 +118,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self._drained,
             config.max_streams_per_conn,
         )
-        self._inbound = InboundTurns(
-            self._loop, self._take_batch, self._backlog_ready, self.lifetime.ended, self.table.count
-        )
+        self._inbound = InboundTurns(self._loop, self._take_turn)
 
     @property
     def state(self) -> ConnState:
@@ -169,21 +164,21 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         answered, its clocks run)."""
         if self.lifetime.open():
             self.clocks.start()
-            self._stats.window_pinged(self.window.measuring)  # the preface's: HTTP/2 answered
         self.observer.settings_heard(self._engine.heard.settings or {})
-        self._on_change(self)
+        self._on_change(self, self.lifetime.state)
 
-    def ping(self, payload: bytes) -> None:
-        """Send a PING now; its ACK comes to ``peer`` like any other."""
+    def ping(self, payload: bytes, for_window: bool = False) -> None:
+        """Send a PING now (``for_window``: one that times the round trip for the
+        receive window); its ACK comes to ``peer`` like any other."""
         self._engine.ping(payload)
-        self.observer.ping_sent(payload)
+        self.observer.ping_sent(payload, for_window)
         self.outbound.flush()
 
     def retire(self, reason: str) -> None:
         """Take no new streams; close cleanly (GOAWAY NO_ERROR) once the last ends:
         now, if none is in flight, else when the table says it is drained."""
         if self.lifetime.drain(reason):
-            self._on_change(self)
+            self._on_change(self, ConnState.DRAINING)
             if not self.table.busy:
                 self.close(reason)
 
@@ -214,9 +209,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         self.table.preface_sent()  # once flushed below
         self._engine.start(self.window.announced, connection_window(self.window.cap))
         if (payload := self.window.first_ping()) is not None:
-            self._engine.ping(payload)
-            self.observer.ping_sent(payload)
-        self.outbound.flush()
+            self.ping(payload, for_window=True)  # written with the preface
+        else:
+            self.outbound.flush()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._read_buffer
@@ -230,10 +225,9 @@ class UpstreamConnection(asyncio.BufferedProtocol):
         if self.lifetime.state is _CLOSED:
             return
         if (payload := self.window.received(len(data))) is not None:
-            self.ping(payload)  # at once: it times the round trip
-            self._stats.window_pinged()
+            self.ping(payload, for_window=True)  # at once: it times the round trip
         self._engine.feed(data)
-        self._inbound.arrived()
+        self._take_turn()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.observer.socket_lost(exc, by_peer=self.lifetime.state is not ConnState.CLOSED)
@@ -261,8 +255,16 @@ class UpstreamConnection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.clocks.writes.resumed()
 
-    def _backlog_ready(self) -> bool:
-        return self._engine.ready
+    def _take_turn(self, scheduled: bool = False) -> None:
+        """Handle what arrived, as much as the inbound schedule's budget says,
+        and tell it what came of it. It schedules the rest: the loop calls this
+        again next iteration (``scheduled``)."""
+        budget = self._inbound.budget(self.table.count(), scheduled)
+        if budget is None:
+            return  # a turn is scheduled: it takes these bytes too
+        taken = self._take_batch(budget)
+        if self.lifetime.state is not _CLOSED:
+            self._inbound.took(taken, self._engine.ready)
 
     def _take_batch(self, budget: int = INBOUND_BATCH) -> int:
         """Handle about ``budget`` bytes of frames; return how many."""
@@ -273,6 +275,8 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             return 0
         if self.lifetime.state is _CLOSED:
             return 0
+        if self.outbound.opened:  # the peer opened windows: request bodies go on
+            self.outbound.pump_opened()
         self.outbound.flush()
         return taken
 
@@ -306,7 +310,7 @@ class UpstreamConnection(asyncio.BufferedProtocol):
             self._transport.abort()
         self.table.fail_all(error)
         self.observer.closed(self.close_reason)
-        self._on_change(self)
+        self._on_change(self, ConnState.CLOSED)
         self._loop.call_soon(_let_go, self)
 
     def __repr__(self) -> str:

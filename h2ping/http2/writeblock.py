@@ -22,21 +22,13 @@ blocks on its writes):
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import Protocol
 
 from .. import errors
 from ..errors import UpstreamError
-from ..logs import plural
+from .observer import UNOBSERVED, ConnectionObserver
 from .streams import StreamTable
-
-log = logging.getLogger("h2ping.upstream")
-
-_STALLED = (
-    "conn=%d upstream is not reading what h2ping writes: %d bytes waiting, none taken "
-    "for %.1fs (write-timeout %gs); closing, failing %s"
-)
 
 
 class Reading(Protocol):
@@ -61,6 +53,7 @@ class WriteBlock:
         "_handle",
         "_id",
         "_loop",
+        "_observer",
         "_outbound",
         "_reading",
         "_since",
@@ -77,10 +70,13 @@ class WriteBlock:
         conn_id: int,
         cut: Callable[[str, UpstreamError], None],
         timeout: float,
+        observer: ConnectionObserver = UNOBSERVED,
     ) -> None:
         """``cut(reason, error)`` ends the connection, failing its streams with
-        ``error``; ``timeout``: how long the buffer may stay blocked without shrinking."""
+        ``error``; ``timeout``: how long the buffer may stay blocked without shrinking;
+        ``observer``: the connection's, told of a stall before the cut."""
         self._id = conn_id
+        self._observer = observer
         self._cut: Callable[[str, UpstreamError], None] | None = cut  # None once it ended
         self.timeout = timeout
         self.blocked = False
@@ -144,6 +140,7 @@ class WriteBlock:
         self.stop()
         self.blocked = False
         self._cut = self._reading = self._outbound = self._transport = self._table = None
+        self._observer = UNOBSERVED
 
     def _buffered(self) -> int:
         transport = self._transport
@@ -161,8 +158,7 @@ class WriteBlock:
         if cut is None or table is None:
             return
         stalled_for = self._loop.time() - self._since
-        failing = plural(table.count(), "stream")
-        log.warning(_STALLED, self._id, waiting, stalled_for, self.timeout, failing)
+        self._observer.writes_stalled(waiting, stalled_for, self.timeout, table.count())
         why = (
             f"upstream connection {self._id} stopped reading what h2ping writes "
             f"({waiting} bytes unread for {stalled_for:.1f}s)"

@@ -7,13 +7,22 @@ concurrent 20 MiB uploads 2-3 MB more stayed resident for good. glibc also
 raises its mmap threshold when a large mapped block is freed, so later large
 buffers come from that heap too. Returning every large block at once instead (a
 fixed ``M_MMAP_THRESHOLD`` of 128 KiB) cost 40 % more CPU per uploaded byte: an
-mmap, page faults and a munmap per read.
+mmap, page faults and a munmap per read. Left to itself, though, glibc gives the
+top of its heap back whenever a free leaves more than twice that raised threshold
+there, and takes it back on the next read: a 16 MiB upload (128 KiB reads, each
+read's TLS records as large) paid a ``brk`` and a page fault per 4 KiB for every
+buffer, a quarter of its CPU. So the thresholds are fixed where the trimmer
+starts: blocks up to :data:`MMAP_THRESHOLD` come from the heap, and a free gives
+the heap's top back only past :data:`TRIM_THRESHOLD`; the timer below is what
+gives memory back.
 
 So a timer looks once a second, off the request path, at the process's anonymous
 resident memory and at the bytes malloc holds free. When either has grown by
 :data:`TRIM_STEP` since the lowest point seen after the last trim, and malloc
 holds at least that much free, it calls ``malloc_trim(0)``, which hands the free
-pages back (0.1-0.5 ms). Other systems and C libraries are left alone.
+pages back (0.1-0.5 ms). While transfers go on, they take that memory again
+after the trim: one working set faulted in again per second, where glibc's own
+trimming did so after every transfer. Other systems and C libraries are left alone.
 
 The cyclic garbage collector is set here too (:func:`settle_collector`): its full
 passes walk every live object, and with thousands of clients connected each took
@@ -29,6 +38,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from .descriptors import is_shortage
 
@@ -43,6 +53,13 @@ CHECK_INTERVAL = 1.0  # seconds
 #: waits for a full pass.
 GC_FULL_THRESHOLD = 1000
 TRIM_STEP = 1024 * 1024  # bytes
+#: Blocks up to this size come from malloc's heap (a transfer's buffers are 16-256 KiB).
+MMAP_THRESHOLD = 1024 * 1024
+#: A free gives the heap's top back by itself only when this much is free there:
+#: past any transfer's buffers (a replayable body is kept whole, up to 16 MiB by
+#: default), so that the timer is what gives memory back.
+TRIM_THRESHOLD = 256 * 1024 * 1024
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 _STATM = "/proc/self/statm"
 
 
@@ -61,8 +78,14 @@ def anon_resident_bytes() -> int:
     return (int(fields[1]) - int(fields[2])) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _glibc_functions() -> tuple[Callable[[int], int], Callable[[], int]] | None:
-    """``malloc_trim`` and a function giving the bytes malloc holds free, on glibc."""
+class _Glibc(NamedTuple):
+    trim: Callable[[int], int]  # malloc_trim
+    free_bytes: Callable[[], int]  # what malloc holds free
+    mallopt: Callable[[int, int], int]
+
+
+def _glibc_functions() -> _Glibc | None:
+    """What the trimmer calls, on glibc."""
     try:
         if not (
             sys.platform.startswith("linux")
@@ -95,7 +118,10 @@ def _glibc_functions() -> tuple[Callable[[int], int], Callable[[], int]] | None:
     trim = libc.malloc_trim
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
-    return trim, lambda: int(info().fordblks)
+    mallopt = libc.mallopt
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return _Glibc(trim, lambda: int(info().fordblks), mallopt)
 
 
 class HeapTrimmer:
@@ -111,10 +137,13 @@ class HeapTrimmer:
 
     def start(self) -> bool:
         """Look once a second from now on; False (and nothing) off glibc."""
-        functions = _glibc_functions()
-        if functions is None:
+        glibc = _glibc_functions()
+        if glibc is None:
             return False
-        self._trim, self._free_bytes = functions
+        self._trim, self._free_bytes = glibc.trim, glibc.free_bytes
+        # The heap is kept between transfers, and this timer gives it back.
+        glibc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        glibc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
         # From here on, what malloc holds free is not resident (what startup freed
         # goes too), so memory that is touched again shows as anonymous RSS.
         self._trim(0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import ssl
@@ -27,7 +28,6 @@ from ..forward.pool import Pool
 from ..forward.replay import ReplayPolicy
 from ..http1.acceptor import Acceptor, ClientSet
 from ..http1.listener import ClientConnection, ListenerLimits
-from ..http1.messages import Request, ResponseWriter
 from ..http1.output import OutputFlusher
 from ..http2.dial import make_ssl_context
 from ..http2.engine import fast_paths_taken
@@ -232,9 +232,13 @@ class Proxy:
         config, loop = self.config, asyncio.get_running_loop()
         limits = ListenerLimits(config.header_timeout, config.client_idle_timeout)
         flusher = OutputFlusher(loop)
+        assert self._exchange_context is not None  # made first, in start
+        # The listener makes its requests' exchanges itself: nothing of the
+        # process is on a request's way.
+        new_exchange = functools.partial(Exchange, self._exchange_context)
         return Acceptor(
             sock,
-            lambda: ClientConnection(self._new_exchange, self.clients, self.stats, limits, flusher),
+            lambda: ClientConnection(new_exchange, self.clients, self.stats, limits, flusher),
             self.clients,
             capacity,
             self.descriptors.shortage,
@@ -356,10 +360,6 @@ class Proxy:
     def _at_capacity(self) -> None:
         assert self._acceptor is not None and self.capacity is not None  # its caller, made
         self.descriptors.full(len(self.clients), self.capacity, self._acceptor.accept_queue())
-
-    def _new_exchange(self, request: Request, writer: ResponseWriter) -> Exchange:
-        assert self._exchange_context is not None  # the listener exists only once started
-        return Exchange(self._exchange_context, request, writer)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting, let in-flight requests finish for up to ``grace`` seconds,

@@ -280,9 +280,9 @@ def test_the_data_probe_sees_a_miscounted_window(monkeypatch: pytest.MonkeyPatch
 def test_the_stream_faults_probe_sees_a_fault_ending_the_connection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from h2ping.http2.engine.fastconnection import FastConnection as H2Connection
+    from h2ping.http2.engine.fastconnection import FastConnection
 
-    monkeypatch.setattr(H2Connection, "_reset_faulty", lambda self, frame, event: [])
+    monkeypatch.setattr(FastConnection, "_reset_faulty", lambda self, frame, event: [])
     assert "step 0" in (probes.stream_faults() or "")
 
 
@@ -291,26 +291,26 @@ def test_the_request_headers_probe_sees_a_request_method_left_unset(
 ) -> None:
     """A fast path that frames the request right but leaves the stream's method
     unset: a HEAD response's content-length would then be taken as a body promised."""
-    from h2ping.http2.engine.fastconnection import FastConnection as H2Connection
+    from h2ping.http2.engine.fastconnection import FastConnection
 
-    send = H2Connection._send_request_fast
+    send = FastConnection._send_request_fast
 
-    def forgetful(self: H2Connection, stream_id: int, headers: Any, end_stream: bool) -> bool:
+    def forgetful(self: FastConnection, stream_id: int, headers: Any, end_stream: bool) -> bool:
         sent = send(self, stream_id, headers, end_stream)
         if sent:
             self.streams[stream_id].request_method = None
         return sent
 
-    monkeypatch.setattr(H2Connection, "_send_request_fast", forgetful)
+    monkeypatch.setattr(FastConnection, "_send_request_fast", forgetful)
     assert "where plain h2 gives" in (probes.request_headers() or "")
 
 
 def test_the_request_headers_probe_sees_the_path_not_taken(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from h2ping.http2.engine.fastconnection import FastConnection as H2Connection
+    from h2ping.http2.engine.fastconnection import FastConnection
 
-    monkeypatch.setattr(H2Connection, "_send_request_fast", lambda self, *args: False)
+    monkeypatch.setattr(FastConnection, "_send_request_fast", lambda self, *args: False)
     assert probes.request_headers() == "the fast path was not taken"
 
 

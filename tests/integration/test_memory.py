@@ -233,3 +233,44 @@ async def test_free_heap_memory_goes_back_to_the_system() -> None:
         trimmer.stop()
         for block in blocks[1::2]:
             libc.free(block)
+
+
+#: A transfer's pattern, three times over: a replayable body kept whole (128 KiB
+#: reads, 16 MiB in all) while a TLS record buffer of each read comes and goes,
+#: then the body let go. The minor page faults of the last two rounds are printed.
+_TRANSFERS = """
+import asyncio, resource, sys
+from h2ping.process.heap import HeapTrimmer
+
+async def main():
+    trimmer = HeapTrimmer()
+    assert trimmer.start()
+    faults = []
+    for _ in range(3):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        kept = []
+        for _ in range(128):
+            kept.append(b"b" * 131072)
+            record = b"r" * 131342
+            del record
+        del kept
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    trimmer.stop()
+    print(sum(faults[1:]))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="sets glibc's heap only")
+async def test_transfers_reuse_the_heap_between_the_trimmer_looks() -> None:
+    """Left to itself, glibc gave a finished transfer's 16 MiB back at once and the
+    next transfer faulted all of it in again (4,096 page faults); the trimmer's
+    thresholds keep it until the trimmer's own look."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _TRANSFERS, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0
+    faults = int(out)
+    assert faults < 256, f"{faults} page faults for two transfers through a kept heap"

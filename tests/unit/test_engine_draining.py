@@ -43,15 +43,13 @@ class Events:
     def on_window_update(self, stream_id: int) -> None:
         pass
 
-    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
-        pass
-
     # StreamEvents of stream 1
     def got_response(self, headers: list[Header], end_stream: bool) -> None:
         pass
 
-    def got_data(self, data: bytes, flow_controlled_length: int) -> None:
+    def got_data(self, data: bytes, flow_controlled_length: int) -> int:
         self.data += data
+        return 0
 
     def got_end(self) -> None:
         self.ended = True
@@ -64,7 +62,8 @@ def started(fast: frozenset[str]) -> tuple[H2Engine, Events]:
     engine = new_engine(events, 65536, fast=fast)  # type: ignore[arg-type]
     events.engine = engine
     engine.start(65535, 65535)
-    engine.send_request(1, REQUEST, True, events)  # type: ignore[arg-type]
+    engine.heard_through({1: events}.get)  # type: ignore[dict-item]
+    engine.send_request(1, REQUEST, True)
     engine.data_to_send()
     return engine, events
 

@@ -114,6 +114,10 @@ class Sink:
     def output(self) -> Sink:  # its own output: it keeps the queue too
         return self
 
+    @property
+    def reader(self) -> Sink:  # its own reading's switch too
+        return self
+
     def mark(self) -> tuple[int, int]:
         return (self.flushes, len(self.out))
 
@@ -123,7 +127,7 @@ class Sink:
         del self.out[mark[1] :]
         return True
 
-    def response_done(self, writer: ResponseWriter) -> None:
+    def response_done(self, writer: ResponseWriter, keep_alive: bool) -> None:
         self.done = True
 
     def abort(self) -> None:

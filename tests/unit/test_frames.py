@@ -178,7 +178,7 @@ def test_the_allowance_refills_with_time_up_to_the_burst() -> None:
 def client_splitter(*opened: int) -> tuple[FrameSplitter, FloodGuard, set[int]]:
     """A client's splitter: ``opened`` streams opened, and still served."""
     streams = set(opened)
-    guard = FloodGuard(Clock(), streams)
+    guard = FloodGuard(Clock(), lambda stream_id: stream_id if stream_id in streams else None)
     for stream_id in opened:
         guard.opened(stream_id)
     return FrameSplitter(guard=guard), guard, streams
@@ -305,7 +305,7 @@ def test_an_oversized_frame_header_is_ready_so_it_gets_refused_at_once() -> None
 
 def test_the_budget_refills_with_time_and_earnings_up_to_the_burst() -> None:
     clock = Clock()
-    guard = FloodGuard(clock, set())
+    guard = FloodGuard(clock, lambda stream_id: None)
     guard.charge({fg.PING: fg.BURST})
     for _ in range(3):
         guard.opened(1)  # 3 streams: 3 * PER_STREAM units

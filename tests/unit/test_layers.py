@@ -7,8 +7,10 @@ dispatch to it, while the check imports nothing of the process layer.
 
 Then the rules of ownership, read from the code: one writer for each piece of
 state, no reach into another module's private names, no class built on a class of
-another package; and one direction through an upstream connection: what the peer
-says and the stream table never end it, and only the connection moves its state."""
+another package; one direction through an upstream connection: what the peer
+says and the stream table never end it, and only the connection moves its state;
+and one through a client connection: its request reader hands back values and
+calls nothing of the connection's."""
 
 from __future__ import annotations
 
@@ -534,6 +536,36 @@ def test_the_end_guard_lets_a_stream_close_and_reports_through() -> None:
     assert not end_calls(source)
 
 
+#: The parts of one upstream connection: what happens in its life they tell its
+#: observer (``http2/observer.py``), which counts and logs it; none counts it itself.
+CONNECTION_PARTS = (
+    "upstream",
+    "peerevents",
+    "clocks",
+    "liveness",
+    "lifetime",
+    "writeblock",
+    "streams",
+    "inbound",
+    "outbound",
+    "windows",
+)
+
+
+def test_a_connections_life_is_counted_by_its_observer_alone() -> None:
+    counting = {
+        part: "h2ping.stats"
+        for part in CONNECTION_PARTS
+        if "h2ping.stats" in GRAPH[f"h2ping.http2.{part}"]
+    }
+    assert not counting, counting
+
+
+def test_the_counting_guard_sees_a_part_import_the_counters() -> None:
+    source = "from ..stats import Stats\n"
+    assert "h2ping.stats" in imports("h2ping.http2.liveness", source)
+
+
 #: The moves of a connection's state (lifetime.py's), and who makes them.
 STATE_MOVES = {"open", "drain", "end"}
 MOVERS = {
@@ -832,3 +864,119 @@ def test_the_private_state_guard_sees_a_reach() -> None:
     assert not others_private_reads("def f(conn):\n    return getattr(conn, 'out', None)\n")
     owner = "class Q:\n    def __init__(self):\n        self._out = []\n"
     assert not others_private_reads(owner + "def f(q):\n    return q._out\n")
+
+
+def reader_callbacks(source: str) -> list[str]:
+    """How ``source`` could call back into whoever feeds it: an interface it
+    declares for its caller to implement (a ``Protocol``), or a class made with
+    something to call (an ``__init__`` that takes more than ``self``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        if any(ast.unparse(base).endswith("Protocol") for base in node.bases):
+            found.append(f"line {node.lineno}: {node.name} is an interface for its caller")
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                arguments = item.args
+                taken = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs][1:]
+                if taken or arguments.vararg or arguments.kwarg:
+                    found.append(f"line {item.lineno}: {node.name} is made with something")
+    return found
+
+
+def test_the_request_reader_hands_back_values_and_calls_no_one_above() -> None:
+    """The client connection feeds its reader and acts on what it hands back (as
+    h11's events): the reader is made with nothing and declares no interface for
+    the connection to implement, so nothing it parses calls back up into the
+    connection while the connection's call into it is under way."""
+    assert reader_callbacks((PACKAGE / "http1" / "reader.py").read_text()) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "class ReadEvents(Protocol):\n    def request_read(self, request): ...\n",
+        "class Events(typing.Protocol):\n    pass\n",
+        "class RequestReader:\n    def __init__(self, events):\n        self._events = events\n",
+        "class RequestReader:\n    def __init__(self, *, on_request):\n        pass\n",
+    ],
+)
+def test_the_reader_guard_sees_a_way_back_up(source: str) -> None:
+    assert reader_callbacks(source)
+
+
+def test_the_reader_guard_lets_a_reader_of_its_own_through() -> None:
+    source = "class RequestReader:\n    def __init__(self):\n        self.state = 1\n"
+    assert not reader_callbacks(source)
+
+
+# A schedule says when; the connection acts. The inbound schedule is given one
+# callable of its connection's (its turn), which it hands to the loop and never
+# calls: a call from the schedule would run the connection's batch (the engine,
+# the streams, the clients) under the schedule's frame, which the connection had
+# called to ask for its budget: a round trip through the calls, and one more
+# place where the order of things is decided.
+SCHEDULES = {"h2ping.http2.inbound": "InboundTurns"}
+
+
+def callbacks_called(source: str, cls: str) -> list[str]:
+    """Calls ``cls`` makes of the callables its ``__init__`` was given (parameters
+    annotated ``Callable[...]``, kept as ``self.<name>``): handing one to the loop
+    (``call_soon(self._turn, ...)``) is no call."""
+    tree = ast.parse(source)
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ClassDef) and node.name == cls):
+            continue
+        given: set[str] = set()
+        for item in node.body:
+            if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                taken = {
+                    a.arg
+                    for a in item.args.args
+                    if a.annotation is not None and "Callable" in ast.unparse(a.annotation)
+                }
+                for sub in ast.walk(item):
+                    if (
+                        isinstance(sub, ast.Assign)
+                        and isinstance(sub.value, ast.Name)
+                        and sub.value.id in taken
+                    ):
+                        given |= {t.attr for t in sub.targets if isinstance(t, ast.Attribute)}
+        for sub in ast.walk(node):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and isinstance(sub.func.value, ast.Name)
+                and sub.func.value.id == "self"
+                and sub.func.attr in given
+            ):
+                found.append(f"line {sub.lineno}: {ast.unparse(sub)}")
+    return found
+
+
+def test_a_schedule_hands_its_connections_turn_to_the_loop_and_never_calls_it() -> None:
+    """The connection asks its inbound schedule for a budget and tells it what it
+    took (values); the schedule calls the connection only from the loop."""
+    found = {
+        name: calls
+        for name, cls in SCHEDULES.items()
+        if (calls := callbacks_called(MODULES[name].read_text(), cls))
+    }
+    assert not found, found
+
+
+def test_the_schedule_guard_sees_a_call_of_what_it_was_given() -> None:
+    init = (
+        "class S:\n"
+        "    def __init__(self, loop, turn: Callable[[bool], None], n: int) -> None:\n"
+        "        self._loop = loop\n"
+        "        self._turn = turn\n"
+        "        self._n = n\n"
+    )
+    assert callbacks_called(init + "    def f(self):\n        self._turn(True)\n", "S")
+    assert not callbacks_called(
+        init + "    def f(self):\n        self._loop.call_soon(self._turn, True)\n", "S"
+    )
+    assert not callbacks_called(init + "    def f(self):\n        self._loop.time()\n", "S")

@@ -94,7 +94,7 @@ async def test_keep_alive_serves_requests_one_after_another() -> None:
     for i in range(3):
         client.send(GET % i)
         handler = client.handlers[-1]
-        assert handler.events == ["start", "end"]
+        assert handler.events == ["start"]  # no body: no end of one to be told
         assert handler.request.target == b"/%d" % i
         assert client.conn.state is ReadState.BETWEEN
         handler.answer(b"r%d" % i)
@@ -107,18 +107,18 @@ async def test_keep_alive_serves_requests_one_after_another() -> None:
 async def test_the_parser_is_let_go_between_keep_alive_requests() -> None:
     # A connection waiting on its response, or idle, holds no parser (~900 bytes).
     client = Client()
-    assert client.conn._reader._parser is None  # none before the first byte either
+    assert client.conn.reader._parser is None  # none before the first byte either
     client.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
-    assert client.conn._reader._parser is not None  # a body is arriving
+    assert client.conn.reader._parser is not None  # a body is arriving
     client.send(b"cd")
-    assert client.conn._reader._parser is None
+    assert client.conn.reader._parser is None
     client.handlers[0].answer()
     await client.output()
     client.send(b"GET / HTTP/1.1\r\nHo")  # a head arriving in pieces keeps its parser
-    assert client.conn._reader._parser is not None
+    assert client.conn.reader._parser is not None
     client.send(b"st: x\r\n\r\n")
-    assert client.conn._reader._parser is None
-    assert [h.events for h in client.handlers] == [["start", b"ab", b"cd", "end"], ["start", "end"]]
+    assert client.conn.reader._parser is None
+    assert [h.events for h in client.handlers] == [["start", b"ab", b"cd", "end"], ["start"]]
 
 
 async def test_after_a_request_that_asked_to_close_what_follows_is_refused() -> None:
@@ -126,7 +126,7 @@ async def test_after_a_request_that_asked_to_close_what_follows_is_refused() -> 
     # a new one would read them as a request.
     client = Client()
     client.send(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    assert client.conn._reader._parser is not None
+    assert client.conn.reader._parser is not None
     client.send(GET % 2)
     assert len(client.handlers) == 1
     client.handlers[0].answer()
@@ -147,10 +147,10 @@ async def test_pipelined_requests_wait_their_turn_with_reading_paused() -> None:
     client = Client()
     client.send(GET % 1 + GET % 2)
     first, second = client.handlers
-    assert (first.events, second.events) == (["start", "end"], ["end"])
+    assert (first.events, second.events) == (["start"], [])
     assert not client.transport.reading
     first.answer(b"r1")
-    assert second.events == ["end", "start"]  # its turn: now it may answer
+    assert second.events == ["start"]  # its turn: now it may answer
     assert client.transport.reading
     second.answer(b"r2")
     out = await client.output()
@@ -161,7 +161,7 @@ async def test_every_request_of_one_read_waits_its_turn() -> None:
     # Reading pauses at the second request, but the read in hand is parsed to its end.
     client = Client()
     client.send(b"".join(GET % i for i in range(5)))
-    assert [h.events for h in client.handlers] == [["start", "end"]] + [["end"]] * 4
+    assert [h.events for h in client.handlers] == [["start"]] + [[]] * 4
     assert not client.transport.reading
     for i, handler in enumerate(client.handlers[:4]):
         handler.answer(b"r%d" % i)
@@ -346,7 +346,7 @@ MOVES = {
 async def test_every_listed_move_is_allowed_and_no_other(
     before: ReadState, after: ReadState
 ) -> None:
-    reader = Client().conn._reader
+    reader = Client().conn.reader
     reader.state = before
     allowed = (before, after) in MOVES
     assert reader.enter(after) is allowed
@@ -356,8 +356,8 @@ async def test_every_listed_move_is_allowed_and_no_other(
 class RecordingReader(RequestReader):
     """Keeps each move asked of it: from, to, and whether it was made."""
 
-    def __init__(self, events: Any) -> None:
-        super().__init__(events)
+    def __init__(self) -> None:
+        super().__init__()
         self.asked: list[tuple[ReadState, ReadState, bool]] = []
 
     def enter(self, state: ReadState) -> bool:
@@ -372,11 +372,11 @@ class Recording(ClientConnection):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._reader = RecordingReader(self)
+        self.reader = RecordingReader()
 
     @property
     def asked(self) -> list[tuple[ReadState, ReadState, bool]]:
-        return cast(RecordingReader, self._reader).asked
+        return cast(RecordingReader, self.reader).asked
 
 
 CHUNKED = b"Transfer-Encoding: chunked\r\n\r\n"
@@ -433,7 +433,7 @@ SCENARIOS: dict[str, tuple[Callable[[Client], None], bytes, Callable[[Client], N
     "Upgrade with a body": (nothing, UPGRADE + LENGTH_3 + b"abc" + GET % 2, nothing),
     "Upgrade with a bad body": (nothing, UPGRADE + CHUNKED + b"zz\r\n", nothing),
     "gone mid-Upgrade body": (nothing, UPGRADE + LENGTH_3 + b"a", lost),
-    # The parser goes on through the same bytes after the 502 closed the connection.
+    # What follows the request in the same read is handed on after the 502 closed it.
     "closed by a response, then a body": (answered_at_once, POST_CHUNKED + b"0\r\n\r\n", nothing),
     "closed by a response, then a bad body": (answered_at_once, POST_CHUNKED + b"zz\r\n", nothing),
     # The response already begun is cut: no 400 follows it.
@@ -456,5 +456,53 @@ async def test_the_moves_made_are_those_of_the_table() -> None:
     # Every move of the table is made, but one: UPGRADING lasts from one parser
     # callback to the next line of the same read, where nothing can close it.
     assert made == MOVES - {(UP, C)}
-    # Refused only once reading has ended (and the parser went on).
-    assert refused == {(C, B), (C, R)}
+    # None refused: a read is parsed whole before its connection acts on any of
+    # it, and once a response to a request of that read closed the connection,
+    # nothing more of the read is acted on (a refusal it handed back included).
+    assert refused == set()
+
+
+async def test_a_heads_deadline_starts_where_it_began_and_a_trickle_never_moves_it() -> None:
+    client = Client()
+    timer = client.conn._deadline._timer
+    client.send(GET % 1)  # a head read whole: no deadline runs while it is answered
+    assert timer._deadline is None
+    client.handlers[0].answer()
+    await client.output()
+    idle = timer._deadline  # the kept-alive connection's idle wait
+    assert idle is not None
+    await asyncio.sleep(0.01)  # the loop's clock moves on
+    client.send(b"GET /2 HTTP/1.1\r\n")  # a head began: its own deadline, from now
+    head = timer._deadline
+    assert head is not None and head > idle
+    for line in (b"X-A: 1\r\n", b"X-B: 2\r\n"):
+        await asyncio.sleep(0.01)
+        client.send(line)
+        assert timer._deadline == head  # more of the same head: it stays
+    client.send(b"Host: x\r\n\r\n" + GET % 3)  # whole, with a pipelined one behind it
+    assert timer._deadline is None
+    assert len(client.handlers) == 3
+
+
+async def test_requests_after_one_whose_answer_closed_the_connection_are_never_made() -> None:
+    """A read holds a GET and a pipelined POST behind it. The GET is answered at
+    once with the proxy's own error (as a request the pool refuses at once is),
+    which closes the connection while the read is being acted on: the POST behind
+    it is never made, so nothing of it goes upstream."""
+
+    class Refusing(Client):
+        def _handler(self, request: Request, writer: ResponseWriter) -> Handler:
+            handler = super()._handler(request, writer)
+            handler.start = lambda: writer.send_error(502, "refused")  # type: ignore[method-assign]
+            return handler
+
+    client = Refusing()
+    client.send(
+        b"GET /first HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"POST /second HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+    )
+    assert [h.request.target for h in client.handlers] == [b"/first"]
+    assert client.transport.is_closing()
+    assert (await client.output()).startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+    client.conn.connection_lost(None)
+    assert client.stats.requests == 1

@@ -18,13 +18,17 @@ class Sink:
         self.write_paused = False
         self.flushes = 0
         self.out: list[bytes] = []
-        self.done: list[ResponseWriter] = []
+        self.done: list[tuple[ResponseWriter, bool]] = []
 
     def send(self, *parts: bytes) -> None:
         self.out.extend(parts)
 
     @property
     def output(self) -> Sink:  # its own output: it keeps the queue too
+        return self
+
+    @property
+    def reader(self) -> Sink:  # its own reading's switch too
         return self
 
     def mark(self) -> tuple[int, int]:
@@ -36,8 +40,8 @@ class Sink:
         del self.out[mark[1] :]
         return True
 
-    def response_done(self, writer: ResponseWriter) -> None:
-        self.done.append(writer)
+    def response_done(self, writer: ResponseWriter, keep_alive: bool) -> None:
+        self.done.append((writer, keep_alive))
 
     def abort(self) -> None:
         pass
@@ -161,7 +165,7 @@ def test_the_head_announces_the_decision(case: str) -> None:
     writer.end()
     sent = b"".join(sink.out)
     assert writer.keep_alive is kept
-    assert sink.done == [writer]  # the listener asks writer.keep_alive from here
+    assert sink.done == [(writer, kept)]  # the listener is told the decision, never asks
     if connection is None:
         assert b"connection:" not in sent
     else:

@@ -11,9 +11,10 @@ import hpack
 import pytest
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
-from hyperframe.frame import GoAwayFrame, HeadersFrame, RstStreamFrame
+from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame, RstStreamFrame
 
 from h2ping.http2.engine import floodguard as fg
+from h2ping.http2.engine.manifest import FAST_PATHS, REQUEST_HEADERS
 from h2ping.http2.engine.peerrules import ENCODER_TABLE_LIMIT
 from h2ping.http2.upstream import ConnState
 
@@ -62,6 +63,37 @@ async def test_data_on_a_stream_we_reset_is_not_answered_but_credited() -> None:
     (goaway,) = of(GoAwayFrame, await h.sent())
     assert goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
     assert h.conn.heard.fault is not None and "frames on closed streams" in h.conn.heard.fault
+
+
+@pytest.mark.parametrize("forgotten", [False, True], ids=["held", "forgotten"])
+async def test_a_head_on_a_stream_we_reset_is_discarded_and_spares_the_neighbour(
+    forgotten: bool,
+) -> None:
+    """Trailers with a PRIORITY block on a stream h2ping reset, which h2 still
+    holds or has forgotten (h2's own request path forgets closed streams on each
+    request; h2ping's, now and then): no answer either way, the connection stays
+    open, and its neighbour's response goes on."""
+    paths = set(FAST_PATHS) - ({REQUEST_HEADERS} if forgotten else set())
+    with only_fast_paths(paths):
+        h = Harness()
+    stream, _ = h.open()
+    neighbour, sink = h.open()
+    h.feed(h.server.headers(stream.stream_id, 200) + h.server.headers(neighbour.stream_id, 200))
+    stream.cancel()
+    h.open()  # a request after the reset: h2 counts its open streams
+    await h.sent()
+    raw = h.server.headers(stream.stream_id, None, [("x-t", "1")], end_stream=True)
+    trailers, _ = Frame.parse_frame_header(memoryview(raw[:9]))
+    trailers.parse_body(memoryview(raw[9:]))
+    trailers.flags.add("PRIORITY")
+    trailers.depends_on, trailers.stream_weight = 0, 15  # type: ignore[attr-defined]
+    h.feed(trailers.serialize())
+    sent = await h.sent()
+    assert not of(RstStreamFrame, sent) and not of(GoAwayFrame, sent)
+    assert h.conn.state is ConnState.OPEN
+    h.feed(FakeServer.data(neighbour.stream_id, b"ok", end_stream=True))
+    await h.settle()
+    assert bytes(sink.data) == b"ok" and sink.ended and sink.error is None
 
 
 async def test_a_window_update_overflow_is_our_reset() -> None:

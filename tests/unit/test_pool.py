@@ -46,7 +46,7 @@ class FakeConn:
     def __init__(
         self,
         conn_id: int,
-        on_change: Callable[[Any], None],
+        on_change: Callable[[Any, ConnState], None],
         on_age: Callable[[Any], None],
         max_streams: int,
     ) -> None:
@@ -94,7 +94,7 @@ class FakeConn:
         self.notify()
 
     def notify(self) -> None:
-        self._on_change(self)
+        self._on_change(self, self.state)
 
 
 class FakeDialer:
@@ -112,7 +112,7 @@ class FakeDialer:
         cfg: object,
         ssl_context: object,
         conn_id: int,
-        on_change: Callable[[Any], None],
+        on_change: Callable[[Any, ConnState], None],
         stats: Stats,
         on_age: Callable[[Any], None],
         ping_backoff: object = None,
@@ -204,7 +204,8 @@ async def test_a_waiter_cancelled_after_being_woken_gives_its_slot_to_the_next()
         second = asyncio.create_task(pool.acquire())
         await settle()
         conn = dialer.conns[0]
-        conn.end_stream()  # wakes `first`: the slot is set as its result...
+        conn.end_stream()
+        await asyncio.sleep(0)  # the pool's turn wakes `first`: the slot is its result...
         first.cancel()  # ...and it is cancelled before it ran
         await settle()
         assert first.cancelled()
@@ -274,6 +275,7 @@ async def test_a_closed_connection_leaves_the_pool() -> None:
         (await pool.acquire()).release()
         assert pool.connections == dialer.conns
         dialer.conns[0].close("gone")
+        await asyncio.sleep(0)  # counted out from the loop, not within its close
         assert pool.connections == []
 
 
@@ -369,7 +371,7 @@ async def test_a_dying_connection_is_not_handed_to_a_waiting_request(death: str)
     ):  # type: ignore[no-untyped-def]
         if dialled:
             await never  # the second connection never comes up
-        conn = UpstreamConnection(cfg, conn_id, on_change, stats, on_age)
+        conn = UpstreamConnection(cfg, conn_id, on_change, on_age)
         conn.connection_made(FakeTransport())
         conn.data_received(FakeServer.settings(max_concurrent_streams=1))
         dialled.append(conn)
@@ -529,3 +531,18 @@ def test_the_bound_is_told_at_most_once_a_minute(caplog: pytest.LogCaptureFixtur
     now[0] += 1.0
     assert growth.at_limit(4)
     assert caplog.text.count("limit reached") == 2
+
+
+async def test_a_freed_slot_is_handed_over_from_the_loop_and_nobody_takes_it_ahead() -> None:
+    """A connection tells the pool of a freed slot within its own call (amid the
+    peer's frames): the pool hands it to the request waiting first from the loop,
+    not from within that call; meanwhile a new request does not take it ahead."""
+    async with open_pool(max_streams=1, full_and_held=True) as (dialer, pool):
+        first = asyncio.create_task(pool.acquire())
+        await settle()
+        conn = dialer.conns[0]
+        conn.end_stream()
+        assert not first.done() and conn.reserved == 0, "handed over within the connection's call"
+        assert pool.try_acquire() is None  # a newcomer waits behind `first`
+        await settle()
+        assert first.done() and first.result().conn is conn

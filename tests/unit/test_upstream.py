@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from h2.errors import ErrorCodes
@@ -20,11 +21,10 @@ from h2ping.errors import UpstreamError
 from h2ping.http2 import clocks
 from h2ping.http2.lifetime import Lifetime
 from h2ping.http2.outbound import PUMP_BATCH
-from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState
+from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState, UpstreamStream
 from h2ping.http2.upstream import PROVISIONAL_HEADER_LIST, ConnState, UpstreamConnection
 from h2ping.http2.windows import CONNECTION_WINDOW, UNMEASURED_WINDOW
 from h2ping.http2.writeblock import WriteBlock
-from h2ping.stats import Stats
 
 from ..fakeloop import FakeLoop
 from ..fakes import FakeTransport
@@ -40,7 +40,7 @@ from ..h2fake import (
 
 
 async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> None:
-    conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
+    conn = UpstreamConnection(config(), 1, lambda c, s: None)
     transport = FakeTransport()
     conn.connection_made(transport)
     frames = transport.frames()
@@ -66,7 +66,7 @@ async def test_handshake_raises_windows_and_opens_on_the_peers_settings() -> Non
 async def test_a_stream_sent_behind_the_preface_fails_as_the_setup_does() -> None:
     """The peer closes before its SETTINGS: the early stream fails with the words
     the dial's own error has, and the connection offers no slot any more."""
-    conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
+    conn = UpstreamConnection(config(), 1, lambda c, s: None)
     conn.connection_made(FakeTransport())
     sink = RecordingSink()
     conn.table.try_reserve().open(REQUEST, sink, end_stream=True)  # type: ignore[union-attr]
@@ -172,7 +172,7 @@ async def test_a_slot_says_its_peers_header_list_limit() -> None:
 
 
 async def test_before_the_peers_settings_a_slot_says_the_provisional_limit() -> None:
-    conn = UpstreamConnection(config(), 1, lambda conn: None, Stats())
+    conn = UpstreamConnection(config(), 1, lambda conn, s: None)
     conn.connection_made(FakeTransport())
     slot = conn.table.try_reserve()  # the one behind the preface
     assert slot is not None and slot.header_list_limit == PROVISIONAL_HEADER_LIST
@@ -233,6 +233,22 @@ async def test_request_body_waits_for_window_updates() -> None:
     assert data_bytes(frames, 1) == 50_000 and "END_STREAM" in of(DataFrame, frames)[-1].flags
     assert stream.state is StreamState.SENT and stream.pending_bytes == 0
     assert sink.send_ready == 1  # below the low-water mark: the client's reads resume
+
+
+async def test_a_sink_hears_it_may_send_again_from_the_loop_not_within_its_send() -> None:
+    """The queue falls below the low mark within the sink's own send (a write
+    went out since the rest waited): the stream tells the pump, and the sink
+    hears it in the loop's next turn, not from inside the call it is making."""
+    h = Harness(window=1_000_000)
+    h.feed(h.server.window_update(0, 1_000_000))
+    stream, sink = h.open(end_stream=False)
+    stream.send(b"x" * (PUMP_BATCH + 2 * SEND_LOW_WATER))  # a batch framed, the rest waits
+    assert stream.pending_bytes == 2 * SEND_LOW_WATER
+    h.conn.outbound.flush()  # the write: the next batch may be framed
+    stream.send(b"y")  # frames all that waited
+    assert stream.pending_bytes == 0 and sink.send_ready == 0
+    await asyncio.sleep(0)
+    assert sink.send_ready == 1
 
 
 async def test_a_full_socket_buffer_stops_turning_body_into_frames() -> None:
@@ -431,6 +447,41 @@ async def test_response_credit_is_held_on_the_stream_until_given_back() -> None:
     assert not of(WindowUpdateFrame, await h.sent())
 
 
+class Leaving(RecordingSink):
+    """A client that goes away while its second piece of data is written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stream: UpstreamStream | None = None
+
+    def on_data(self, data: bytes, flow_controlled_length: int) -> int:
+        super().on_data(data, flow_controlled_length)
+        if len(self.data) > 1000 and self.stream is not None:
+            self.stream.cancel()  # as the exchange does when its client is gone
+        return 0  # a slow client: it holds its credit
+
+
+async def test_a_client_leaving_as_its_data_is_written_gives_the_connection_all_its_credit() -> (
+    None
+):
+    """Its stream ends inside the delivery: the credit it held goes back as it
+    ends, and the credit of the data being delivered goes back too (the engine
+    gives it, as the stream returns it), so the connection's window, which every
+    other stream shares, loses nothing."""
+    h = Harness()
+    sink = Leaving()
+    stream = sink.stream = h.slot().open(REQUEST, sink, end_stream=True)
+    await h.sent()
+    h.feed(h.server.headers(1, 200), h.server.data(1, b"a" * 1000))
+    await h.settle()
+    assert stream.unacked == 1000
+    h.feed(h.server.data(1, b"b" * 3000))
+    await h.settle()
+    assert stream.closed and len(sink.data) == 4000
+    connection: Any = h.conn._engine._h2._inbound_flow_control_window_manager
+    assert connection._bytes_processed == 4000  # no WINDOW_UPDATE due yet: all counted
+
+
 # ------------------------------------------------------ an upstream that does not read
 
 
@@ -499,7 +550,7 @@ async def test_the_write_deadline_ends_with_the_connection(monkeypatch: pytest.M
 async def test_a_slot_reserved_before_settings_that_allow_no_streams_is_lost_not_a_crash() -> None:
     """Taken behind the preface, used once the peer's SETTINGS said 0: nothing is
     sent, and the request asks the pool again."""
-    conn = UpstreamConnection(config(), 1, lambda c: None, Stats())
+    conn = UpstreamConnection(config(), 1, lambda c, s: None)
     transport = FakeTransport()
     conn.connection_made(transport)
     slot = conn.table.try_reserve()

@@ -12,6 +12,7 @@ import pytest
 from hyperframe.frame import HeadersFrame, PingFrame, SettingsFrame, WindowUpdateFrame
 
 from h2ping.http2 import upstream, windows
+from h2ping.http2.observer import reported
 from h2ping.http2.pingbackoff import PingBackoff
 from h2ping.http2.streams import UpstreamStream
 from h2ping.http2.upstream import UpstreamConnection
@@ -131,17 +132,18 @@ def test_unmeasured_windows_are_fixed_and_send_no_ping() -> None:
 
 
 def connection(
-    clock: Clock, budget: WindowBudget | None = None
+    clock: Clock, budget: WindowBudget | None = None, stats: Stats | None = None
 ) -> tuple[UpstreamConnection, FakeTransport]:
-    # The connection's own window, on the test's clock (-max-receive-window: CAP).
+    # The connection's own window, on the test's clock (-max-receive-window: CAP);
+    # counted in ``stats`` as the proxy counts its connections.
     on_clock = functools.partial(ReceiveWindow, clock=clock)
     with mock.patch.object(upstream, "ReceiveWindow", on_clock):
         conn = UpstreamConnection(
             config(ping_interval=60.0, max_receive_window=CAP),
             1,
-            lambda c: None,
-            Stats(),
+            lambda c, s: None,
             window_budget=budget,
+            observer=reported(stats or Stats(), 1),
         )
     assert conn.window.measuring and conn.window.cap == CAP
     transport = FakeTransport()
@@ -150,12 +152,13 @@ def connection(
 
 
 async def test_the_preface_carries_the_floor_and_a_ping_and_the_ack_widens_every_stream() -> None:
-    clock = Clock()
-    conn, transport = connection(clock)
+    clock, stats = Clock(), Stats()
+    conn, transport = connection(clock, stats=stats)
     preface = transport.frames()
     settings = {k: v for f in of(SettingsFrame, preface) for k, v in f.settings.items()}
     assert settings[0x4] == FLOOR_WINDOW  # INITIAL_WINDOW_SIZE
     (ping,) = of(PingFrame, preface)
+    assert stats.window_pings == 0  # counted once the peer speaks HTTP/2
     conn.data_received(FakeServer.settings(max_concurrent_streams=10))
     await conn.wait_ready()
     # Two streams open before the round trip is known: each gets the raise.
@@ -171,7 +174,8 @@ async def test_the_preface_carries_the_floor_and_a_ping_and_the_ack_widens_every
     raise_by = int(0.080 * ASSUMED_RATE) - FLOOR_WINDOW
     updates = {(f.stream_id, f.window_increment) for f in of(WindowUpdateFrame, transport.frames())}
     assert updates == {(s.stream_id, raise_by) for s in streams}
-    assert conn._stats.window_raises == 1 and conn._stats.window_pings == 1
+    assert stats.window_raises == 1 and stats.window_pings == 1
+    assert stats.ping_acks == 0  # the window's ACK is no keepalive's
     # A new stream hears of the raise right after its HEADERS.
     third = conn.table.try_reserve().open(REQUEST, RecordingSink(), end_stream=True)  # type: ignore[union-attr]
     await asyncio.sleep(0)
@@ -182,7 +186,7 @@ async def test_the_preface_carries_the_floor_and_a_ping_and_the_ack_widens_every
 
 
 async def test_with_pings_off_nothing_is_measured() -> None:
-    conn = UpstreamConnection(config(ping_interval=0.0), 1, lambda c: None, Stats())
+    conn = UpstreamConnection(config(ping_interval=0.0), 1, lambda c, s: None)
     transport = FakeTransport()
     conn.connection_made(transport)
     preface = transport.frames()
@@ -196,10 +200,10 @@ async def test_after_a_server_punished_pings_new_connections_measure_nothing() -
     send no measuring PING either, and keep the unmeasured window."""
     stats = Stats()
     backoff = PingBackoff(60.0, stats)
-    before = UpstreamConnection(config(ping_interval=60.0), 1, lambda c: None, stats, None, backoff)
+    before = UpstreamConnection(config(ping_interval=60.0), 1, lambda c, s: None, None, backoff)
     assert before.window.measuring
     backoff.punished(1, 60.0)
-    after = UpstreamConnection(config(ping_interval=60.0), 2, lambda c: None, stats, None, backoff)
+    after = UpstreamConnection(config(ping_interval=60.0), 2, lambda c, s: None, None, backoff)
     transport = FakeTransport()
     after.connection_made(transport)
     assert not after.window.measuring and not of(PingFrame, transport.frames())

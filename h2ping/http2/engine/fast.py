@@ -37,6 +37,7 @@ from .frames import (
     RUN,
     FrameSplitter,
     data_frame,
+    unreadable,
 )
 from .manifest import DATA, RESPONSE_HEADERS
 from .plain import H2_CONFIG, H2Engine, PeerEvents, StreamEvents
@@ -55,6 +56,7 @@ class FastEngine(H2Engine):
         self.fast = frozenset(fast)  # read by the parts made in H2Engine.__init__
         super().__init__(events, header_list_limit, clock)
         self._h2: FastConnection
+        self._run = b""  # the run of frames h2 is reading, while it reads it
 
     def _new_h2(self) -> FastConnection:
         return FastConnection(H2_CONFIG, self.header_list_limit, self.fast)
@@ -81,7 +83,10 @@ class FastEngine(H2Engine):
                 if self._over:
                     break  # the connection ended meanwhile (see H2Engine.handle)
                 if kind == RUN:
-                    self._tell(self._h2.receive_data(piece))
+                    self._run = piece  # to name a frame h2 could not read
+                    said = self._h2.receive_data(piece)
+                    self._run = b""
+                    self._tell(said)
                 elif kind > 0:  # plain DATA on stream ``kind``: a payload, or a run's
                     if piece.__class__ is list:
                         self._plain_run(kind, piece)
@@ -98,7 +103,7 @@ class FastEngine(H2Engine):
         return backlog - frames.backlog
 
     def _refused(self) -> tuple[int, int] | None:
-        return self._h2.fault_frame
+        return self._h2.fault_frame or (unreadable(self._run) if self._run else None)
 
     def _plain_data(self, stream_id: int, payload: bytes) -> None:
         size = len(payload)
@@ -152,7 +157,7 @@ class FastEngine(H2Engine):
         self._deliver(stream_id, payload, size)
         self._release()
         try:
-            if (stream := self._listeners.get(stream_id)) is not None:
+            if (stream := self._hear(stream_id)) is not None:
                 stream.got_end()
         except Exception:
             self._events.on_internal_error(stream_id)
@@ -174,7 +179,7 @@ class FastEngine(H2Engine):
         """A stream's own fault (``stream_faults``): the stream is reset, alone."""
         if isinstance(event, StreamFault):
             self._guard.reset(event.stream_id)  # reset by h2ping: frames may follow
-            stream: StreamEvents | None = self._listeners.get(event.stream_id)
+            stream: StreamEvents | None = self._hear(event.stream_id)
             if stream is not None:
                 stream.got_fault(event.error, event.detail)
 
@@ -183,16 +188,16 @@ class FastEngine(H2Engine):
     def _limit_decoding(self) -> None:
         """Nothing to do: the connection set its decoder's limit when made."""
 
-    def send_request(
-        self, stream_id: int, headers: list[Header], end_stream: bool, listener: StreamEvents
-    ) -> None:
+    def send_request(self, stream_id: int, headers: list[Header], end_stream: bool) -> None:
         self._h2.send_request(stream_id, headers, end_stream)
-        self._listeners[stream_id] = listener
         self._guard.opened(stream_id)
 
     def send_data(self, stream_id: int, data: bytes | memoryview, end_stream: bool) -> None:
         self._h2.send_body(stream_id, data, end_stream)
         self._guard.sent_data()
+
+    def data_to_send(self) -> bytes | bytearray:
+        return self._h2.take_outbound()
 
     def give_credit(self, stream_id: int, nbytes: int) -> bool:
         if self._h2.ack_quietly(stream_id, nbytes):

@@ -210,6 +210,11 @@ else:  # a release without it still imports: stream_faults is then off
     _H2Stream = getattr(h2.stream, "H2Stream", object)
 
 
+class _ResetEarlier(Exception):
+    """A header block on a stream h2ping reset: nothing to do, nothing to answer
+    (see :meth:`_Stream.receive_headers`, :meth:`FastConnection._begin_new_stream`)."""
+
+
 class _Stream(_H2Stream):
     """An h2 stream whose own faults are raised as :class:`_Fault`."""
 
@@ -225,8 +230,10 @@ class _Stream(_H2Stream):
             if self.state_machine.stream_closed_by is _CLOSED_BY_RESET:
                 # Reset by h2ping: the block was decoded (HPACK is in sync) and is
                 # discarded unanswered (RFC 9113 5.1), as DATA is (see
-                # FastConnection._handle_data_on_closed_stream).
-                return [], []
+                # FastConnection._handle_data_on_closed_stream). Raised, not
+                # returned empty: h2 would go on to the block's PRIORITY, which
+                # expects this call's event.
+                raise _ResetEarlier(self.stream_id)
             # h2 refuses a header block on a stream it has forgotten with
             # StreamClosedError, and an informational one on a closed stream it
             # still holds with ProtocolError. The request_headers path forgets
@@ -443,6 +450,19 @@ class FastConnection(h2.connection.H2Connection):
         self._data_to_send += data
         return True
 
+    def take_outbound(self) -> bytes | bytearray:
+        """Everything queued for the peer, as ``data_to_send()`` returns it, but
+        without its copy: h2's buffer itself, a new one begun in its place (h2
+        only ever appends to its buffer, and nothing writes to the one handed
+        out again). A request body goes out as one copy fewer: on an upload,
+        that copy was a tenth of the proxy's CPU. h2's own call where the
+        request paths are off (the buffer's name missing)."""
+        if not self._fast_body:
+            return self.data_to_send()
+        data = self._data_to_send
+        self._data_to_send = bytearray()
+        return data
+
     def take_response_headers(
         self, stream_id: int, block: bytes, end_stream: bool
     ) -> tuple[list[Header] | None, list[h2.events.Event]] | None:
@@ -584,6 +604,16 @@ class FastConnection(h2.connection.H2Connection):
         return True
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
+        if (
+            self._stream_faults
+            and stream_id <= self.highest_outbound_stream_id  # not a request's new stream
+            and self._stream_closed_by(stream_id) is _CLOSED_BY_RESET
+        ):
+            # HEADERS on a stream h2ping reset and h2 has forgotten (its block is
+            # decoded: HPACK is in sync). h2 would answer RST_STREAM; discarded
+            # unanswered, as on a reset stream h2 still holds (_Stream). Whether h2
+            # still holds it depends on when it last counted its open streams.
+            raise _ResetEarlier(stream_id)
         stream = super()._begin_new_stream(stream_id, allowed_ids)
         if not self._stream_faults:
             return stream
@@ -599,6 +629,8 @@ class FastConnection(h2.connection.H2Connection):
             return super()._receive_frame(frame)
         except _Fault as fault:
             return self._reset_faulty(frame, fault.event)
+        except _ResetEarlier:
+            return []
         except h2.exceptions.StreamClosedError:
             if not self._stream_faults or not isinstance(frame, HeadersFrame):
                 # A frame on a stream that ended: a connection error (RFC 9113 5.1).

@@ -54,7 +54,7 @@ The numbers, and why ordinary traffic stays far below them:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Container
+from collections.abc import Callable
 
 #: Units a peer may spend at once, and how many come back each second.
 BURST = 1000.0
@@ -113,16 +113,19 @@ class FloodGuard:
     """One connection's budget (see the module), charged by its frame splitter
     for each frame and by :class:`~.peerrules.PeerRules` for informational heads.
 
-    ``streams`` is the connection's table of streams it still serves: given, the
-    guard is a client's, charges frames on other streams and RST_STREAMs and
+    ``hears`` finds who still hears a stream (the connection's stream table's
+    lookup, :meth:`served_by`; None for a stream let go): given, the guard is a
+    client's, charges frames on other streams and RST_STREAMs and
     WINDOW_UPDATEs beyond what the client earned by sending (:meth:`opened`,
     :meth:`sent_data`), and refuses them on streams never opened. Without it (the
     scripted test server), only the frames no request explains are charged."""
 
     def __init__(
-        self, clock: Callable[[], float] = time.monotonic, streams: Container[int] | None = None
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        hears: Callable[[int], object] | None = None,
     ) -> None:
-        self.streams = streams
+        self.hears = hears
         #: The highest stream id opened: a higher one (or an even one) is idle.
         self.highest_opened = 0
         self._clock = clock
@@ -130,6 +133,10 @@ class FloodGuard:
         self._credit_at = clock()
         # Streams h2ping reset -> frames still free on each (see the module).
         self._in_flight: dict[int, int] = {}
+
+    def served_by(self, hears: Callable[[int], object]) -> None:
+        """The client's stream table's lookup, from now on."""
+        self.hears = hears
 
     def opened(self, stream_id: int) -> None:
         """h2ping opened ``stream_id``: what its response may bring is paid for."""

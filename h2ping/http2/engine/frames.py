@@ -38,6 +38,7 @@ from typing import Any
 
 import h2.exceptions
 from h2.errors import ErrorCodes
+from hyperframe.frame import Frame
 
 from . import floodguard as fg
 from .floodguard import FloodGuard, IdleStreamError
@@ -138,7 +139,7 @@ class FrameSplitter:
         size = len(data)
         end = size if budget is None else min(size, pos + budget)
         costs: dict[str, float] = {}  # what the frames charged cost, by kind
-        streams = self.guard.streams  # None: not a client's (see FloodGuard)
+        hears = self.guard.hears  # None: not a client's (see FloodGuard)
         plain_data, plain_headers = self._plain_data, self._plain_headers
         unpack = _HEAD.unpack_from
         while pos < end and pos + FRAME_HEADER <= size:
@@ -164,9 +165,9 @@ class FrameSplitter:
                     _add(costs, fg.EMPTY_DATA, 1)
                 else:
                     if (
-                        streams is not None
+                        hears is not None
                         and length < fg.SMALL_DATA
-                        and stream_id not in streams
+                        and hears(stream_id) is None
                         and not self.guard.in_flight(stream_id)
                     ):
                         # Past what was in flight when we reset it: a flood.
@@ -187,8 +188,8 @@ class FrameSplitter:
                         start = frame_end
             elif kind == HEADERS_TYPE:
                 if (
-                    streams is not None
-                    and stream_id not in streams
+                    hears is not None
+                    and hears(stream_id) is None
                     and not self.guard.in_flight(stream_id)
                 ):
                     # A stream let go, past what was in flight: HPACK work for nothing.
@@ -217,7 +218,7 @@ class FrameSplitter:
             elif kind == _PRIORITY:
                 _add(costs, fg.PRIORITY, 1)
             elif kind in (_RST_STREAM, _WINDOW_UPDATE):
-                if streams is not None:
+                if hears is not None:
                     if stream_id and self.guard.idle(stream_id):
                         name = "RST_STREAM" if kind == _RST_STREAM else "WINDOW_UPDATE"
                         raise IdleStreamError(f"{name} on stream {stream_id}, never opened")
@@ -269,6 +270,25 @@ def frames_in(run: bytes) -> Iterator[bytes]:
         frame_end = pos + FRAME_HEADER + int.from_bytes(run[pos : pos + 3], "big")
         yield run[pos:frame_end]
         pos = frame_end
+
+
+def unreadable(run: bytes) -> tuple[int, int] | None:
+    """(type, stream id) of the first frame of ``run`` that hyperframe cannot
+    read (bad padding, a bad length for its type), named as h2 names a refused
+    header block: a CONTINUATION by the HEADERS it belongs to. None if all read.
+    For a fault in a run given to h2 whole, which h2 raises before it knows
+    the frame."""
+    named: tuple[int, int] | None = None
+    for frame in frames_in(run):
+        kind, stream_id = frame[3], int.from_bytes(frame[5:9], "big") & _STREAM_ID_MASK
+        if kind != _CONTINUATION or named is None:
+            named = (kind, stream_id)
+        try:
+            parsed, _ = Frame.parse_frame_header(memoryview(frame[:FRAME_HEADER]))
+            parsed.parse_body(memoryview(frame[FRAME_HEADER:]))
+        except Exception:
+            return named
+    return None
 
 
 def data_frame(stream_id: int, payload: bytes) -> bytes:

@@ -21,15 +21,18 @@ What it adds to h2, all on that API:
 - A flood of frames that ask nothing of h2ping's clients ends the connection
   (:mod:`.floodguard`); the rules h2 leaves to its user are in :mod:`.peerrules`.
 
-Who owns what. The engine owns h2's connection and the map of who hears each
-stream (``_listeners``): its caller names a stream's listener when it sends the
-request (:meth:`H2Engine.send_request`) and tells the engine when the stream is
-over for it (:meth:`H2Engine.forget`); from then on what the peer still sends
-on it is nobody's, and its DATA's credit goes back to the connection
-(:meth:`PeerEvents.on_unclaimed_data`). The flood guard reads the same map
-(frames on streams nobody hears are charged), and nothing else does. The caller
-(the upstream connection's stream table) owns the streams themselves, their
-slots and their state; the engine never reads its table.
+Who owns what. The engine owns h2's connection. Its caller (the upstream
+connection's stream table) owns the streams, their slots and their state, and
+is the only holder of them: it gives the engine one way to find who hears a
+stream (:meth:`H2Engine.heard_through`, the table's lookup by id), which the
+engine and its flood guard only read through. A stream the table no longer
+holds is nobody's: what the peer still sends on it is dropped, its DATA's credit
+goes back to the connection's window, and the flood guard charges small frames on it.
+
+Credit: what a stream's client took at once comes back from the stream as the
+value its ``got_data`` returns, and the engine gives it back to the peer's
+windows itself; the connection writes the WINDOW_UPDATEs after the batch.
+Credit given later (a slow client drained) comes through :meth:`H2Engine.give_credit`.
 
 Where plain h2 differs from the fast layer, it does what h2 does:
 
@@ -106,7 +109,10 @@ class StreamEvents(Protocol):
 
     def got_informational(self, headers: list[Header]) -> None: ...
     def got_response(self, headers: list[Header], end_stream: bool) -> None: ...
-    def got_data(self, data: bytes, flow_controlled_length: int) -> None: ...
+    def got_data(self, data: bytes, flow_controlled_length: int) -> int:
+        """Returns the credit to give back now (the engine does: see ``_release``)."""
+        ...
+
     def got_end(self) -> None: ...
     def got_reset(self, error_code: int) -> None: ...
     def got_fault(self, error: str, detail: str) -> None:
@@ -115,9 +121,6 @@ class StreamEvents(Protocol):
 
 class PeerEvents(Protocol):
     """What the peer said to the connection itself, in frame order."""
-
-    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
-        """DATA on a stream nobody hears: its credit is still the connection's."""
 
     def on_window_update(self, stream_id: int) -> None: ...
     def on_settings(self, max_concurrent_streams: int, initial_window_changed: bool) -> None: ...
@@ -129,9 +132,6 @@ class PeerEvents(Protocol):
 
 class _Deaf:
     """The :class:`PeerEvents` of an engine whose connection ended: nobody listens."""
-
-    def on_unclaimed_data(self, stream_id: int, flow_controlled_length: int) -> None:
-        pass
 
     def on_window_update(self, stream_id: int) -> None:
         pass
@@ -208,7 +208,7 @@ class H2Engine:
         is our SETTINGS_MAX_HEADER_LIST_SIZE; ``clock`` times the flood budget."""
         self._events = events
         self.header_list_limit = header_list_limit
-        self._listeners: dict[int, StreamEvents] = {}  # who hears each stream (the module)
+        self._hear: Callable[[int], StreamEvents | None] = _nobody  # see heard_through
         self.responses = 0  # response heads received: the peer is taking work
         self.heard = Heard()
         # DATA of one stream, held while more of it follows with nothing between
@@ -221,7 +221,7 @@ class H2Engine:
         self._over = False
         self._h2_ended = False  # h2 refused the peer's bytes and sent its own GOAWAY
         self._at: tuple[int, int] | None = None  # (type, stream id) of the frame h2 has
-        self._guard = FloodGuard(clock, self._listeners)
+        self._guard = FloodGuard(clock, _nobody)
         self._h2 = self._new_h2()
         self._rules = PeerRules(self._h2, self._guard)
         self._frames = self._new_splitter(clock)
@@ -348,22 +348,25 @@ class H2Engine:
         self._held_stream, self._held, self._held_length = 0, [], 0
         data = held[0] if len(held) == 1 else b"".join(held)
         try:
-            stream = self._listeners.get(stream_id)
+            stream = self._hear(stream_id)
             if stream is not None:
-                stream.got_data(data, length)
-            else:
-                self._events.on_unclaimed_data(stream_id, length)
+                # What its client took at once goes back to the peer's windows
+                # here; the connection writes it after the batch.
+                if taken := stream.got_data(data, length):
+                    self.give_credit(stream_id, taken)
+            else:  # nobody's: its credit still counts against the connection's window
+                self.give_credit(stream_id, length)
         except Exception:  # a bug serving one stream must not end the others
             self._events.on_internal_error(stream_id)
 
     def _got_response(self, stream_id: int, headers: list[Header], ended: bool) -> None:
         self.responses += 1
-        if (stream := self._listeners.get(stream_id)) is not None:
+        if (stream := self._hear(stream_id)) is not None:
             stream.got_response(headers, ended)
 
     def _got_end(self, stream_id: int) -> None:
         # Looked up after the response head: telling it may have ended the stream.
-        if (stream := self._listeners.get(stream_id)) is not None:
+        if (stream := self._hear(stream_id)) is not None:
             stream.got_end()
 
     def _tell(self, said: list[h2.events.Event]) -> None:
@@ -393,7 +396,7 @@ class H2Engine:
         elif isinstance(event, h2.events.StreamReset):
             if not event.remote_reset:
                 self._guard.reset(event.stream_id)  # reset by h2ping: frames may follow
-            if (stream := self._listeners.get(event.stream_id)) is None:
+            if (stream := self._hear(event.stream_id)) is None:
                 return  # forgotten by the connection: h2 has reset it, or will
             if event.remote_reset:
                 stream.got_reset(event.error_code)
@@ -401,7 +404,7 @@ class H2Engine:
                 stream.got_fault(*self._rules.local_reset(event.error_code))
         elif isinstance(event, h2.events.InformationalResponseReceived):
             self._rules.informational(event.headers)  # charged by its size
-            if (stream := self._listeners.get(event.stream_id)) is not None:
+            if (stream := self._hear(event.stream_id)) is not None:
                 stream.got_informational(event.headers)
         elif isinstance(event, h2.events.RemoteSettingsChanged):
             sent = self._rules.settings_changed(event.changed_settings)
@@ -441,19 +444,16 @@ class H2Engine:
     def next_stream_id(self) -> int:
         return self._h2.get_next_available_stream_id()
 
-    def send_request(
-        self, stream_id: int, headers: list[Header], end_stream: bool, listener: StreamEvents
-    ) -> None:
-        """Open ``stream_id`` with a request's HEADERS; ``listener`` hears what the
-        peer says on it until :meth:`forget`."""
-        self._h2.send_headers(stream_id, headers, end_stream=end_stream)
-        self._listeners[stream_id] = listener
-        self._guard.opened(stream_id)
+    def heard_through(self, lookup: Callable[[int], StreamEvents | None]) -> None:
+        """``lookup(stream_id)``: who hears what the peer says on that stream, None
+        once nobody does. The caller's own table, read through this alone."""
+        self._hear = lookup
+        self._guard.served_by(lookup)
 
-    def forget(self, stream_id: int) -> None:
-        """The stream is over for its listener: what the peer still sends on it
-        is nobody's."""
-        self._listeners.pop(stream_id, None)
+    def send_request(self, stream_id: int, headers: list[Header], end_stream: bool) -> None:
+        """Open ``stream_id`` with a request's HEADERS."""
+        self._h2.send_headers(stream_id, headers, end_stream=end_stream)
+        self._guard.opened(stream_id)
 
     def send_window(self, stream_id: int) -> int:
         """How much request body the peer's windows take on ``stream_id`` now."""
@@ -520,11 +520,18 @@ class H2Engine:
         nothing more, and let go of them (they lead back to the connection, a
         cycle only the cyclic collector would undo)."""
         self._events = _DEAF
-        self._listeners.clear()
+        self._hear = _nobody
+        self._guard.served_by(_nobody)
 
-    def data_to_send(self) -> bytes:
-        """Everything queued for the peer since the last call."""
+    def data_to_send(self) -> bytes | bytearray:
+        """Everything queued for the peer since the last call (the caller only
+        reads it: it may be the buffer it was queued in)."""
         return self._h2.data_to_send()
+
+
+def _nobody(stream_id: int) -> None:
+    """Who hears a stream before the engine is given its caller's lookup, and after
+    the connection ended: nobody."""
 
 
 def new_engine(events: PeerEvents, header_list_limit: int) -> H2Engine:
