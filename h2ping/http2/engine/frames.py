@@ -180,7 +180,7 @@ class FrameSplitter:
                         elif (
                             frame_end < end
                             and data[frame_end + 3 : frame_end + 9] == data[pos + 3 : pos + 9]
-                            and (streams is None or stream_id in streams)
+                            and (hears is None or hears(stream_id) is not None)
                         ):  # more of this stream's follow (none is charged: it is heard)
                             frame_end = self._data_run(stream_id, pos, frame_end, end, pieces)
                         else:
