@@ -2,13 +2,15 @@
 connection (engine, stream table, streams), counted by cProfile: a measure of
 CPU per event that does not move with the machine's load.
 
-    PYTHONPATH=. python bench/engine_calls.py [--events 5000] [--requests 1000]
+    PYTHONPATH=. python bench/engine_calls.py [--events 5000] [--requests 1000] [--reads 2000]
 
 The connection is the tests' harness (a fake transport, a scripted server's
 frames); each event is one 64-byte DATA frame handled in its own loop turn, as
 a streamed response's events arrive, and its credit is given back at once, as
 the exchange does for a client that keeps up. Each request is a GET answered
-with a HEADERS and one DATA frame ending the stream.
+with a HEADERS and one DATA frame ending the stream. The download is one
+response's DATA in 8 KiB frames (nginx's http2_chunk_size), eight to a read
+(about what a loopback read of 64 KiB brings), credited at once.
 """
 
 from __future__ import annotations
@@ -87,6 +89,49 @@ async def events(n: int) -> None:
     print_counts("per streamed event", profile, n)
 
 
+#: The download's frames: their payload, and how many one read brings.
+DOWNLOAD_FRAME = 8192
+FRAMES_PER_READ = 8
+
+
+async def download(reads: int) -> None:
+    h = Harness(max_streams=100, window=1 << 30, max_receive_window=1 << 24)
+    await h.settle()
+    sink = Acking()
+    stream = h.slot().open(
+        [
+            (b":method", b"GET"),
+            (b":scheme", b"https"),
+            (b":authority", b"u.test"),
+            (b":path", b"/16m"),
+        ],
+        sink,
+        end_stream=True,
+    )
+    sink.stream = stream
+    h.feed(h.server.headers(stream.stream_id, 200))
+    await h.settle()
+    read = FakeServer.data(stream.stream_id, b"d" * DOWNLOAD_FRAME) * FRAMES_PER_READ
+    for _ in range(50):  # warm
+        h.feed(read)
+        await h.settle()
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(reads):
+        h.feed(read)
+        await h.settle()
+        await asyncio.sleep(0)
+    profile.disable()
+    total, parts = counted(profile)
+    frames = reads * FRAMES_PER_READ
+    print(
+        f"per download DATA frame ({DOWNLOAD_FRAME} B, {FRAMES_PER_READ} a read): "
+        f"{total / frames:.1f} calls ("
+        + ", ".join(f"{k} {v / frames:.1f}" for k, v in sorted(parts.items()))
+        + ")"
+    )
+
+
 async def requests(n: int) -> None:
     h = Harness(max_streams=100, window=1 << 20)
     await h.settle()
@@ -123,9 +168,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--reads", type=int, default=2000)
     args = parser.parse_args()
     asyncio.run(events(args.events))
     asyncio.run(requests(args.requests))
+    asyncio.run(download(args.reads))
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 
     python bench/hotpath.py --case sse_500 [--loop asyncio] [--profile] [--top 25]
     python bench/hotpath.py --case latency_1 --profile
+    python bench/hotpath.py --case download_16m --opcodes 1
 
 Runs h2ping in this process (pinned to core 0, as bench/run.py pins a proxy), the
 load on core 1: for ``sse_500`` / ``sse_1000`` the streaming origin (one DATA frame,
 one TLS record per 64-byte event) and client of the streaming scenario; for
-``latency_1`` / ``small_50`` nginx and h2load (``/tiny``, 1 or 50 connections).
+``latency_1`` / ``small_50`` nginx and h2load (``/tiny``, 1 or 50 connections);
+for ``download_16m`` nginx and curl, 16 MiB downloads one after the other.
 It reads this process's CPU time over the client's counting window and divides by
 the events (or requests) counted there: the figure bench/run.py reports as CPU per
 10,000 events or per request, without the other proxies.
@@ -42,6 +44,7 @@ from load.origin import start_origin, write_certs
 PROXY_CPU = 0
 SSE_CASES = {"sse_500": 500, "sse_1000": 1000}
 H2LOAD_CASES = {"latency_1": 1, "small_50": 50}
+CURL_CASES = {"download_16m": "/16m"}
 
 
 def _proxy(upstream: str, ca: Path, lag_interval: float) -> Any:
@@ -151,6 +154,30 @@ async def _h2load(args: argparse.Namespace, tmp: Path, procs: Procs) -> dict[str
     return {**measured, "units": done, "unit": "request", "h2load": rate}
 
 
+async def _curl(args: argparse.Namespace, tmp: Path, procs: Procs) -> dict[str, Any]:
+    origin = start_origin(procs, tmp)
+    go = _Go(procs, origin.https_url, origin.ca_path) if args.peer == "go" else None
+    async with (
+        _proxy(origin.https_url, origin.ca_path, _lag_interval(args))
+        if go is None
+        else contextlib.nullcontext(go) as proxy
+    ):
+        url = f"http://127.0.0.1:{proxy.port}{CURL_CASES[args.case]}"
+        argv = ["taskset", "-c", str(LOAD_CPU), "curl", "-sf", "-o", "/dev/null", url]
+
+        async def one() -> None:
+            if await (await asyncio.create_subprocess_exec(*argv)).wait():
+                raise SystemExit(f"curl failed: {url}")
+
+        async def transfers() -> None:
+            for _ in range(args.transfers):
+                await one()
+
+        await one()  # warm: the upstream connection, nginx's cache of the file
+        measured = await _window(args, transfers, go)
+    return {**measured, "units": args.transfers, "unit": "download"}
+
+
 class _Opcodes:
     """Counts the Python bytecode instructions run (sys.settrace with opcode events),
     and the DATA frames handed to exchanges (calls of ``on_data``) meanwhile."""
@@ -234,7 +261,7 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
         if args.case in SSE_CASES:
             frames, unit = counter.frames or 1, "DATA frame"
         else:
-            frames, unit = result["units"], "request"
+            frames, unit = result["units"], result["unit"]
         print(f"{args.case}: {counter.opcodes / frames:.0f} bytecodes per {unit}", end="")
         print(f" ({frames:,} {unit}s, traced)")
         top = sorted(counter.by_function.items(), key=lambda kv: -kv[1])[: args.top]
@@ -283,20 +310,24 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--case", choices=[*SSE_CASES, *H2LOAD_CASES], default="sse_500")
+    parser.add_argument(
+        "--case", choices=[*SSE_CASES, *H2LOAD_CASES, *CURL_CASES], default="sse_500"
+    )
     parser.add_argument("--peer", choices=("h2ping", "go"), default="h2ping")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     parser.add_argument("--profile", action="store_true", help="under cProfile: calls per event")
     parser.add_argument("--seconds", type=float, default=10.0, help="sse: the counting window")
     parser.add_argument("--warmup", type=float, default=3.0, help="sse: before the window")
     parser.add_argument("--requests", type=int, default=20000, help="h2load cases")
+    parser.add_argument("--transfers", type=int, default=20, help="download_16m")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument(
         "--opcodes",
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="sse: count bytecodes per DATA frame over this many seconds (slow: traced)",
+        help="count bytecodes (slow: traced): sse, per DATA frame over this many "
+        "seconds; the others, per request or download of the whole run",
     )
     parser.add_argument("--dump", help="write the pstats here")
     args = parser.parse_args()
@@ -308,7 +339,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="h2ping-hotpath-") as name:
         tmp = Path(name)
         procs = Procs(tmp)
-        case = _sse if args.case in SSE_CASES else _h2load
+        case = _sse if args.case in SSE_CASES else _curl if args.case in CURL_CASES else _h2load
         try:
             if args.loop == "uvloop":
                 import uvloop

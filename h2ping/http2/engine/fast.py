@@ -72,10 +72,10 @@ class FastEngine(H2Engine):
     # ------------------------------------------------------------------ inbound
 
     def handle(self, budget: int | None = None) -> int:
-        """As :meth:`H2Engine.handle`, with the pieces the fast paths take: a
-        plain DATA frame's payload, a whole plain HEADERS or last DATA frame,
-        and runs of the other frames, each run given to h2 whole (its own
-        ``_receive_frame`` says which frame it refused)."""
+        """As :meth:`H2Engine.handle`, with the pieces the fast paths take: the
+        payloads of plain DATA frames of one stream in a row, a whole plain
+        HEADERS or last DATA frame, and runs of the other frames, each run given
+        to h2 whole (its own ``_receive_frame`` says which frame it refused)."""
         frames = self._frames
         backlog = frames.backlog
         try:
@@ -87,8 +87,11 @@ class FastEngine(H2Engine):
                     said = self._h2.receive_data(piece)
                     self._run = b""
                     self._tell(said)
-                elif kind > 0:  # a plain DATA frame's payload, on stream ``kind``
-                    self._plain_data(kind, piece)
+                elif kind > 0:  # plain DATA on stream ``kind``: a payload, or a run's
+                    if piece.__class__ is list:
+                        self._plain_run(kind, piece)
+                    else:
+                        self._plain_data(kind, piece)
                 elif kind == FRAME:
                     self._whole_frame(piece)
                 elif kind == GOAWAY:
@@ -108,6 +111,28 @@ class FastEngine(H2Engine):
             self._deliver(stream_id, payload, size)
         else:
             self._tell(self._h2.receive_data(data_frame(stream_id, payload)))
+
+    def _plain_run(self, stream_id: int, payloads: list[bytes]) -> None:
+        """Plain DATA frames of one stream in a row, counted and held in one step
+        where that is what taking each in turn would do: the windows and the
+        content-length count only shrink along the run (nothing is told, so no
+        credit comes back, before it ends), so the fast path takes all of them
+        exactly when it takes their total. Else frame by frame, so that what h2
+        says is said of the frame it concerns."""
+        if stream_id != self._held_stream and self._held:
+            # DATA held for another stream is told once this first frame is
+            # counted, as frame by frame: what that stream does then may see the windows.
+            self._plain_data(stream_id, payloads[0])
+            payloads = payloads[1:]
+        if len(payloads) > 1 and not self._over:
+            size = sum(map(len, payloads))
+            if self._h2.take_plain_data(stream_id, size):
+                self._hold_all(stream_id, payloads, size)
+                return
+        for payload in payloads:
+            if self._over:
+                return  # the connection ended meanwhile (see H2Engine.handle)
+            self._plain_data(stream_id, payload)
 
     def _whole_frame(self, frame: bytes) -> None:
         """A response's plain HEADERS, or a last DATA frame: taken without h2's

@@ -10,10 +10,12 @@ stream never opened is refused here too (RFC 9113 5.1). Only the 9-byte frame
 headers are read; payloads pass through untouched.
 
 A third job serves the fast layer (:mod:`.fast`) alone, and is off unless asked
-for. With ``plain_data``, DATA frames with no flags (no END_STREAM, no padding)
-are handed out on their own, as their payload, so the engine can deliver them
-without h2's per-frame machinery (see
-:meth:`.fastconnection.FastConnection.take_plain_data`), and DATA frames
+for. With ``plain_data``, non-empty DATA frames with no flags (no END_STREAM, no
+padding) are handed out on their own, as their payload, so the engine can
+deliver them without h2's per-frame machinery (see
+:meth:`.fastconnection.FastConnection.take_plain_data`), several such frames
+of one stream in a row (a download's) as one piece, the list of their
+payloads, so that the engine can count them all in one step; and DATA frames
 with END_STREAM alone as whole frames (``take_last_data``). With
 ``plain_headers``, so are HEADERS frames that hold a whole header block without
 padding or priority (``take_response_headers``). Frames inside a header block
@@ -32,6 +34,7 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import h2.exceptions
 from h2.errors import ErrorCodes
@@ -54,12 +57,14 @@ _PLAIN_HEADERS = _END_HEADERS | 0x1  # END_STREAM or not; no PADDED, no PRIORITY
 _HEAD = struct.Struct(">IBI")
 
 #: Kinds of the pieces :meth:`FrameSplitter.take` hands out. A positive kind is
-#: the stream id of a plain DATA frame, and the piece is its payload.
+#: the stream id of a plain DATA frame, and the piece is its payload; or, for
+#: several such frames of the stream in a row, the list of their payloads
+#: (``list[bytes]``). Every other piece is ``bytes``.
 RUN = 0  # a run of whole frames, for h2
 GOAWAY = -1  # the payload of one GOAWAY frame
 FRAME = -2  # one whole frame for a fast path: plain HEADERS, or DATA with END_STREAM
 
-Piece = tuple[int, bytes]
+Piece = tuple[int, Any]  # (kind, bytes), or (stream id, list[bytes]): see the kinds above
 
 #: Our SETTINGS_MAX_FRAME_SIZE (h2's default, which h2ping does not change).
 MAX_FRAME_SIZE = 16384
@@ -172,6 +177,12 @@ class FrameSplitter:
                             pieces.append((RUN, data[start:pos]))
                         if flags:
                             pieces.append((FRAME, data[pos:frame_end]))
+                        elif (
+                            frame_end < end
+                            and data[frame_end + 3 : frame_end + 9] == data[pos + 3 : pos + 9]
+                            and (hears is None or hears(stream_id) is not None)
+                        ):  # more of this stream's follow (none is charged: it is heard)
+                            frame_end = self._data_run(stream_id, pos, frame_end, end, pieces)
                         else:
                             pieces.append((stream_id, data[pos + FRAME_HEADER : frame_end]))
                         start = frame_end
@@ -224,6 +235,28 @@ class FrameSplitter:
         if costs:
             self.guard.charge(costs)
         return pieces
+
+    def _data_run(
+        self, stream_id: int, pos: int, frame_end: int, end: int, pieces: list[Piece]
+    ) -> int:
+        """Hand out the plain DATA frame at ``pos`` (ending at ``frame_end``) with
+        the plain DATA frames of its stream that follow it, whole, up to ``end``,
+        as one piece, the list of their payloads; return where they end."""
+        data = self._buffer
+        size = len(data)
+        # Their header's type, flags and stream id, as this one's (reserved bit included).
+        tag = data[pos + 3 : pos + FRAME_HEADER]
+        payloads = [data[pos + FRAME_HEADER : frame_end]]
+        pos = frame_end
+        while pos < end and data[pos + 3 : pos + FRAME_HEADER] == tag:
+            length = int.from_bytes(data[pos : pos + 3], "big")
+            frame_end = pos + FRAME_HEADER + length
+            if not length or length > MAX_FRAME_SIZE or frame_end > size:
+                break  # take's own loop charges it, refuses it, or waits for the rest
+            payloads.append(data[pos + FRAME_HEADER : frame_end])
+            pos = frame_end
+        pieces.append((stream_id, payloads if len(payloads) > 1 else payloads[0]))
+        return pos
 
 
 def _add(costs: dict[str, float], kind: str, cost: float) -> None:

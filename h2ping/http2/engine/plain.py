@@ -329,6 +329,17 @@ class H2Engine:
         self._held.append(data)
         self._held_length += flow_controlled_length
 
+    def _hold_all(self, stream_id: int, payloads: list[bytes], flow_controlled_length: int) -> None:
+        """:meth:`_deliver` for the payloads of several frames of ``stream_id``,
+        the stream of what is held (or nothing is), at once; the list becomes
+        the engine's."""
+        self._held_stream = stream_id
+        if self._held:
+            self._held += payloads
+        else:
+            self._held = payloads
+        self._held_length += flow_controlled_length
+
     def _release(self) -> None:
         """Deliver the DATA held (see :meth:`_deliver`), if any."""
         if not self._held:
