@@ -371,6 +371,10 @@ class ClientConnection(asyncio.BufferedProtocol):
         if not keep_alive:
             self.close()
             return
+        if not self._pending:
+            # The client waits for nothing more of this turn: what ends the
+            # stream and the exchange comes after the write, not before it.
+            self.output.write_now()
         state = self.reader.state
         if self._pending:
             self._pending[0][0].start()

@@ -1,6 +1,7 @@
 """What client connections write: the bytes queued on one connection during a loop
-turn go to its socket in one write, and a response none of which went yet can be
-taken back (so that an error response takes its place).
+turn go to its socket in one write (a response written whole goes at once), and a
+response none of which went yet can be taken back (so that an error response
+takes its place).
 
 :class:`ClientOutput` is the one owner of a connection's queue: response writers
 (:mod:`.messages`) queue through it, and ask it whether a response can still be
@@ -117,6 +118,15 @@ class ClientOutput:
                 self._write(out[0])
             else:
                 self._write_batch(out)
+
+    def write_now(self) -> None:
+        """Write what is queued at once, not at the end of this loop turn (a
+        response written whole, with no other behind it)."""
+        try:
+            self.flush()
+        except Exception:  # as the flusher does: this connection's, not the caller's
+            log.exception("writing to a client connection failed")
+            self.fail()
 
     def mark(self) -> OutputMark:
         """Where what is queued next begins."""

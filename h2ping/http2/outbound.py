@@ -1,5 +1,6 @@
 """What an upstream connection writes, and when: request bodies taking turns,
-window credit given back, and one write per loop turn.
+window credit given back, and one write per loop turn (the first request of a
+turn that is whole in its HEADERS goes at once).
 
 Everything goes through the engine's outbound buffer; :meth:`OutboundPump.flush` hands it
 to the transport in one write. Request bodies become DATA frames only as far as
@@ -153,6 +154,17 @@ class OutboundPump:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self.flush)
+
+    def flush_first(self) -> None:
+        """Write what is queued at once if nothing was queued before it this loop
+        turn (a request whole in its HEADERS: the rest of the turn's work is then
+        not between it and the server); what is queued after it in the turn goes
+        in the turn's one write, as :meth:`schedule_flush` would."""
+        if self._flush_scheduled or self._transport is None:
+            self.schedule_flush()
+            return
+        self.flush()
+        self.schedule_flush()
 
     def flush(self) -> None:
         """Hand everything the engine has queued to the transport, in one write."""

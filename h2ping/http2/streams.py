@@ -92,6 +92,7 @@ class BodyPump(Protocol):
         self, stream: UpstreamStream, nbytes: int, spent: bool, queued: bool, ready: bool
     ) -> None: ...
     def schedule_flush(self) -> None: ...
+    def flush_first(self) -> None: ...
     def forget(self, stream: UpstreamStream) -> None: ...
     def give_credit(self, stream_id: int, nbytes: int) -> None: ...
 
@@ -517,7 +518,10 @@ class StreamTable:
         if (wanted := window.extra) and (extra := window.budget.take(wanted)):
             stream.widen(extra)  # the window's raises so far, as the budget allows
         self.streams[stream_id] = stream
-        self.outbound.schedule_flush()
+        if end_stream:  # the request is whole: nothing of it waits for the turn's end
+            self.outbound.flush_first()
+        else:
+            self.outbound.schedule_flush()
         if stream_id >= LAST_USABLE_STREAM_ID and life.drain("stream ids exhausted"):
             self._on_change(life.state)  # it takes no new streams; this one goes on
         return stream

@@ -279,3 +279,20 @@ async def test_the_connections_window_opened_pumps_every_waiting_stream_after_th
     assert log == []
     outbound.pump_opened()
     assert log == [a, b] and a.queued == b.queued == 0
+
+
+async def test_the_first_write_of_a_turn_may_go_at_once_and_the_rest_wait_for_its_end() -> None:
+    outbound, transport, conn = pump()
+    conn.ping(b"12345678")
+    outbound.flush_first()  # a request whole in its HEADERS, first of the turn
+    assert len(transport.writes) == 1
+    conn.ping(b"87654321")
+    outbound.flush_first()  # the next in the same turn waits
+    outbound.schedule_flush()
+    assert len(transport.writes) == 1
+    await asyncio.sleep(0)
+    assert len(transport.writes) == 2  # the turn's one write, with all the rest
+    await asyncio.sleep(0)
+    conn.ping(b"abcdefgh")
+    outbound.flush_first()  # a new turn
+    assert len(transport.writes) == 3

@@ -506,3 +506,27 @@ async def test_requests_after_one_whose_answer_closed_the_connection_are_never_m
     assert (await client.output()).startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
     client.conn.connection_lost(None)
     assert client.stats.requests == 1
+
+
+async def test_a_response_written_whole_goes_out_at_once() -> None:
+    # Not at the end of the loop turn: what ends its stream and its exchange after
+    # it (and any other work of the turn) is not between the client and its answer.
+    client = Client()
+    client.send(GET % 1)
+    client.handlers[0].writer.start(200, [(b"content-length", b"2")])
+    client.handlers[0].writer.write(b"r1")
+    assert not client.transport.writes  # a response under way waits for the turn's end
+    client.handlers[0].writer.end()
+    assert client.transport.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nr1"]
+    assert await client.output() == client.transport.writes[0]  # and nothing again
+
+
+async def test_responses_to_pipelined_requests_go_out_together() -> None:
+    client = Client()
+    client.send(GET % 1 + GET % 2)
+    first, second = client.handlers
+    first.answer(b"r1")
+    assert not client.transport.writes  # the next one's turn came: it may answer now
+    second.answer(b"r2")
+    assert len(client.transport.writes) == 1  # both, in one write
+    assert client.transport.writes[0].count(b"HTTP/1.1 200 OK") == 2

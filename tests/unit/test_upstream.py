@@ -561,3 +561,19 @@ async def test_a_slot_reserved_before_settings_that_allow_no_streams_is_lost_not
     assert lost.value.retryable and lost.value.detail == "connection 1 allows 0 streams now"
     await asyncio.sleep(0)
     assert not of(HeadersFrame, transport.frames()) and conn.table.reserved == 0
+
+
+async def test_a_request_whole_in_its_headers_leaves_at_once_the_rest_with_the_turn() -> None:
+    h = Harness()
+    await h.sent()  # the handshake's writes
+    get, _ = h.open(end_stream=True)
+    # Written before the loop turns: the rest of the turn's work comes after it.
+    assert [f.stream_id for f in of(HeadersFrame, h.transport.frames())] == [get.stream_id]
+    second, _ = h.open(end_stream=True)
+    post, _ = h.open(end_stream=False)
+    assert not h.transport.frames()  # later in the same turn: its one write
+    frames = await h.sent()
+    assert [f.stream_id for f in of(HeadersFrame, frames)] == [second.stream_id, post.stream_id]
+    await h.sent()
+    h.open(end_stream=False)
+    assert not h.transport.frames()  # a body is to come: it goes with the turn's write
