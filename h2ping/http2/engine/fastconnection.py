@@ -37,8 +37,9 @@ this process (:mod:`.fastpaths`):
 
 - ``receive``: :meth:`FastConnection._handle_frame`, h2's ``_receive_frame``
   without its trace formatting; off, h2's own ``_receive_frame`` runs.
-- ``data``: ``take_plain_data``, ``take_last_data`` and ``ack_quietly``; off,
-  each declines and h2 takes every frame.
+- ``data``: ``take_data``, ``take_last_data``, ``ack_quietly`` and
+  ``ack_taken`` (for a stream ``take_data`` returned); off, the first three
+  decline and h2 takes every frame.
 - ``stream_faults``: the ``_receive_frame`` and ``_begin_new_stream`` overrides,
   the ``__class__`` swap to :class:`_Stream`, and closing a stream by writing
   its state machine; off, those faults end the connection as plain h2 has it,
@@ -528,25 +529,15 @@ class FastConnection(h2.connection.H2Connection):
             _response_ended(machine)
         return True
 
-    def take_plain_data(self, stream_id: int, size: int) -> bool:
-        """Account for a DATA frame without flags (no END_STREAM, no padding) of
-        ``size`` bytes on ``stream_id`` as h2 would, and say True: the caller
-        delivers the payload itself. False, with nothing changed, wherever h2
-        would do more than count (an error, a closed or unknown stream, DATA
-        before the response headers): the caller then gives h2 the frame."""
-        return self._take_data(stream_id, size, False) is not None
-
-    def take_last_data(self, stream_id: int, size: int) -> bool:
-        """As :meth:`take_plain_data`, for a DATA frame with END_STREAM (and no
-        padding): also ends the stream's receiving half, as h2 would. The caller
-        delivers the payload, then the response's end."""
-        stream = self._take_data(stream_id, size, True)
-        if stream is None:
-            return False
-        _response_ended(stream.state_machine)
-        return True
-
-    def _take_data(self, stream_id: int, size: int, last: bool) -> h2.stream.H2Stream | None:
+    def take_data(self, stream_id: int, size: int, last: bool = False) -> h2.stream.H2Stream | None:
+        """Account for a DATA frame without padding of ``size`` bytes on
+        ``stream_id`` as h2 would, and return its stream: the caller delivers
+        the payload itself, and gives its credit back with :meth:`ack_taken`.
+        ``last``: the frame has END_STREAM, and must complete a content-length
+        (see :meth:`take_last_data`, which also ends the stream). None, with
+        nothing changed, wherever h2 would do more than count (an error, a
+        closed or unknown stream, DATA before the response headers): the caller
+        then gives h2 the frame."""
         if not self._fast_data or self.state_machine.state is not _CLIENT_OPEN:
             return None
         stream = self.streams.get(stream_id)
@@ -570,18 +561,32 @@ class FastConnection(h2.connection.H2Connection):
         stream._actual_content_length += size
         return stream
 
+    def take_last_data(self, stream_id: int, size: int) -> h2.stream.H2Stream | None:
+        """As :meth:`take_data`, for a DATA frame with END_STREAM (and no
+        padding): also ends the stream's receiving half, as h2 would. The caller
+        delivers the payload, then the response's end."""
+        stream = self.take_data(stream_id, size, True)
+        if stream is not None:
+            _response_ended(stream.state_machine)
+        return stream
+
     def ack_quietly(self, stream_id: int, size: int) -> bool:
         """Mark ``size`` received bytes on ``stream_id`` processed, as
         ``acknowledge_received_data`` does, when no window would get a
-        WINDOW_UPDATE for it yet (h2 sends one once half a window is processed,
-        or sooner when a window is empty); else False with nothing changed. A
-        stream that ended has no window of its own left: only the connection's
-        counts, as in h2."""
+        WINDOW_UPDATE for it yet; else False with nothing changed (see
+        :meth:`ack_taken`)."""
         if not self._fast_data:
             return False
         stream = self.streams.get(stream_id)
-        if stream is None:
-            return False
+        return stream is not None and self.ack_taken(stream, size)
+
+    def ack_taken(self, stream: h2.stream.H2Stream, size: int) -> bool:
+        """:meth:`ack_quietly` for a stream :meth:`take_data` returned, without
+        looking it up again: the credit of the frames just delivered. h2 sends a
+        WINDOW_UPDATE once half a window is processed, or sooner when a window is
+        empty; where it would, False with nothing changed. A stream that ended
+        has no window of its own left: only the connection's counts, as in h2
+        (whether h2 still holds the stream or has forgotten it)."""
         connection = self._inbound_flow_control_window_manager
         if (
             not connection.current_window_size
@@ -589,18 +594,16 @@ class FastConnection(h2.connection.H2Connection):
         ):
             return False
         state = stream.state_machine.state
-        if state is _CLOSED:
-            connection._bytes_processed += size
-            return True
-        if state not in _RECEIVING:
-            return False
-        window = stream._inbound_window_manager
-        if not window.current_window_size or window._bytes_processed + size >= (
-            window.max_window_size // 2
-        ):
+        if state in _RECEIVING:
+            window = stream._inbound_window_manager
+            if not window.current_window_size or window._bytes_processed + size >= (
+                window.max_window_size // 2
+            ):
+                return False
+            window._bytes_processed += size
+        elif state is not _CLOSED:
             return False
         connection._bytes_processed += size
-        window._bytes_processed += size
         return True
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:

@@ -335,7 +335,7 @@ class H2Engine:
             return
         stream_id, held, length = self._held_stream, self._held, self._held_length
         self._held_stream, self._held, self._held_length = 0, [], 0
-        data = held[0] if len(held) == 1 else b"".join(held)
+        data = b"".join(held)  # one frame's: its payload itself, no copy
         try:
             stream = self._hear(stream_id)
             if stream is not None:
