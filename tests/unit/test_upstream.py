@@ -495,6 +495,18 @@ async def test_data_of_streams_in_turn_is_delivered_in_frame_order_a_run_in_one_
     assert [s.unacked for s in streams] == [0, 0]
 
 
+async def test_a_new_stream_takes_the_peers_settings_as_they_stand() -> None:
+    """The request_headers path reads the settings a new stream takes once
+    between SETTINGS frames: one that changes them is seen by the next stream."""
+    with only_fast_paths(FAST_PATHS):
+        h = Harness(window=65535)
+    h.open()  # settings read, and kept
+    h.feed(h.server.settings(initial_window_size=1000))
+    second, _ = h.open()
+    h2conn: Any = h.conn._engine._h2
+    assert h2conn.streams[second.stream_id].outbound_flow_control_window == 1000
+
+
 class Leaving(RecordingSink):
     """A client that goes away while its second piece of data is written to it."""
 

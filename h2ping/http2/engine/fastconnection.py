@@ -77,7 +77,14 @@ import h2.exceptions
 import h2.stream
 import hpack
 from h2.errors import ErrorCodes
-from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
+from hyperframe.frame import (
+    DataFrame,
+    Frame,
+    HeadersFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
 
 from ... import errors
 from ...fields import Header
@@ -326,6 +333,9 @@ class FastConnection(h2.connection.H2Connection):
         #: What request_headers makes a stream of: what _begin_new_stream leaves.
         self._new_stream = self._stream_class if self._stream_faults else _H2Stream
         self._forget_at = _FORGET_FLOOR
+        # (our initial stream window, the peer's, its stream limit) as h2's
+        # settings hold them, read once between SETTINGS frames (see _new_stream_settings).
+        self._settings_now: tuple[int, int, int] | None = None
         self._request_blocks = RequestBlockEncoder()
         if HPACK in fast:
             self.decoder = FieldCachingDecoder()  # before any header block: a fresh state
@@ -372,9 +382,10 @@ class FastConnection(h2.connection.H2Connection):
             return False
         if stream_id <= self.highest_outbound_stream_id or not stream_id & 1:
             return False  # h2 raises: an id too low, or a server's
+        our_window, peer_window, peer_streams = self._settings_now or self._new_stream_settings()
         known = len(self.streams)  # open ones, and closed ones not yet forgotten
-        if known >= self._forget_at or known >= self.remote_settings.max_concurrent_streams:
-            if self.open_outbound_streams >= self.remote_settings.max_concurrent_streams:
+        if known >= self._forget_at or known >= peer_streams:
+            if self.open_outbound_streams >= peer_streams:
                 return False  # h2 raises TooManyStreamsError
             self._forget_at = max(_FORGET_FLOOR, 2 * len(self.streams))
         if self.state_machine.state is _IDLE:  # the first request opens the connection
@@ -382,12 +393,7 @@ class FastConnection(h2.connection.H2Connection):
         # The stream, as h2's _begin_new_stream makes it, and the moves of its
         # state machine that send_headers makes: IDLE to OPEN (request_sent), and
         # on to HALF_CLOSED_LOCAL with END_STREAM.
-        stream = self._new_stream(
-            stream_id,
-            self.config,
-            self.local_settings.initial_window_size,
-            self.remote_settings.initial_window_size,
-        )
+        stream = self._new_stream(stream_id, self.config, our_window, peer_window)
         stream.max_outbound_frame_size = self.max_outbound_frame_size
         if _COPIES_INBOUND_FRAME_SIZE:
             stream.max_inbound_frame_size = self.max_inbound_frame_size  # type: ignore[attr-defined]
@@ -415,6 +421,20 @@ class FastConnection(h2.connection.H2Connection):
         head = size.to_bytes(3, "big") + _HEADERS_FRAME + bytes((flags,))
         self._data_to_send += head + stream_id.to_bytes(4, "big") + block
         return True
+
+    def _new_stream_settings(self) -> tuple[int, int, int]:
+        """What a new stream takes from h2's settings (h2's ``_begin_new_stream``
+        and its stream limit read them through a mapping's three calls each), kept
+        until the next SETTINGS frame or ACK (:meth:`_receive_frame`): the only
+        frames that change them, our SETTINGS going out once, in the preface."""
+        local, remote = self.local_settings, self.remote_settings
+        now = (
+            local.initial_window_size,
+            remote.initial_window_size,
+            remote.max_concurrent_streams,
+        )
+        self._settings_now = now
+        return now
 
     def send_body(self, stream_id: int, data: bytes | memoryview, end_stream: bool) -> None:
         """A DATA frame of a request's body on ``stream_id``, as ``send_data`` sends it."""
@@ -626,6 +646,8 @@ class FastConnection(h2.connection.H2Connection):
         return stream
 
     def _receive_frame(self, frame: Frame) -> list[h2.events.Event]:
+        if frame.__class__ is SettingsFrame:  # the peer's settings, or its ACK of ours
+            self._settings_now = None
         try:
             if self._fast_receive:
                 return self._handle_frame(frame)
