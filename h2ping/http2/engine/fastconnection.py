@@ -49,7 +49,9 @@ this process (:mod:`.fastpaths`):
   HEADERS itself, its block from :mod:`.hpackencode`, making the state changes
   h2's ``send_headers`` would, and forgetting closed streams
   (``open_outbound_streams``) only now and then instead of on every request;
-  off, h2's ``send_headers`` and hpack's encoder do it all.
+  off, h2's ``send_headers`` and hpack's encoder do it all. What a new stream
+  takes from h2's settings is read once between SETTINGS frames, which the
+  ``_receive_frame`` override sees.
 - ``response_headers``: :meth:`FastConnection.take_response_headers` takes a
   response's first header block, in one unpadded HEADERS frame, without
   hyperframe's frame objects and h2's frame dispatch, doing the rest as h2's
