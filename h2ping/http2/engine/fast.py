@@ -155,6 +155,7 @@ class FastEngine(H2Engine):
             stream = self._hear(previous)
             if stream is None:  # nobody's: its credit still counts against the connection's window
                 self.give_credit(previous, length_before)
+            # (b"".join of one payload hands back the payload itself: no copy)
             elif (taken := stream.got_data(b"".join(data), length_before)) and (
                 counted_before is None or not self._h2.ack_taken(counted_before, taken)
             ):
