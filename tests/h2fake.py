@@ -62,15 +62,15 @@ def forget_to_count_plain_data(monkeypatch: Any) -> None:
     as it was (what the probes and the differential test must catch)."""
     from h2ping.http2.engine.fastconnection import FastConnection
 
-    take = FastConnection.take_plain_data
+    take = FastConnection.take_data
 
-    def forgetful(self: FastConnection, stream_id: int, size: int) -> bool:
-        taken = take(self, stream_id, size)
+    def forgetful(self: FastConnection, stream_id: int, size: int, last: bool = False) -> Any:
+        taken = take(self, stream_id, size, last)
         if taken:
             self.streams[stream_id]._inbound_window_manager.current_window_size += size
         return taken
 
-    monkeypatch.setattr(FastConnection, "take_plain_data", forgetful)
+    monkeypatch.setattr(FastConnection, "take_data", forgetful)
 
 
 class FakeServer:

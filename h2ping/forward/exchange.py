@@ -19,7 +19,7 @@ import logging
 from .. import errors
 from ..config import Upstream
 from ..errors import UpstreamError
-from ..fields import Header
+from ..fields import Header, header_list_size
 from ..http1.messages import MAX_INFORMATIONAL, Request, ResponseWriter
 from ..http2.streams import SlotLost, StreamSlot, UpstreamStream, send_backlog_full
 from ..stats import Stats
@@ -31,7 +31,6 @@ from .headers import (
     MalformedResponse,
     goes_early,
     head_refusal,
-    header_list_size,
     request_headers,
     response_head,
 )

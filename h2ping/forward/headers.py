@@ -143,12 +143,6 @@ def request_headers(
     return out
 
 
-def header_list_size(fields: Iterable[Header]) -> int:
-    """The size of a header list as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC
-    9113 section 6.5.2): name, value and 32 for each field, pseudo-fields included."""
-    return sum(len(name) + len(value) + 32 for name, value in fields)
-
-
 #: The status of a head over the upstream's limit (RFC 6585 section 5).
 HEAD_TOO_LARGE = 431
 

@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from h2ping.http2.engine import hpackencode
-from h2ping.http2.engine.hpackencode import STATIC_TABLE, RequestBlockEncoder, field, integer
+from h2ping.http2.engine.hpackencode import (
+    STATIC_TABLE,
+    VARYING,
+    RequestBlockEncoder,
+    field,
+    integer,
+    varying,
+)
 
 NAMES = [b":method", b":path", b":authority", b"content-type", b"authorization", b"x-a", b"te"]
 VALUES = [b"GET", b"POST", b"/", b"", b"application/json", b"v" * 300, b"\xff\x00binary"]
@@ -68,6 +75,19 @@ def test_fields_are_the_same_bytes_every_time_and_only_repeating_ones_are_kept()
     assert encoder.encode([secret]) != encoder.encode([fields[2]])
     encoder.encode([NeverIndexedHeaderTuple(b"authorization", b"Bearer t")])
     assert (b"authorization", b"Bearer t") not in encoder._kept
+
+
+@given(
+    name=st.sampled_from(sorted(VARYING)),
+    value=st.one_of(
+        st.sampled_from([b"/", b"/index.html", b"0", b"/" + b"p" * 125, b"/" + b"p" * 126]),
+        st.binary(max_size=300),
+    ),
+)
+def test_varying_fields_are_the_bytes_the_general_encoder_makes(name: bytes, value: bytes) -> None:
+    """The short way for :path and content-length, with lengths on both sides
+    of one byte's prefix and the static table's whole fields."""
+    assert varying(name, value) == field(name, value, False, huffman=False)
 
 
 def test_static_fields_are_one_byte_and_static_names_are_referenced() -> None:

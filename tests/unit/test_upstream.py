@@ -19,6 +19,7 @@ from hyperframe.frame import (
 from h2ping import errors
 from h2ping.errors import UpstreamError
 from h2ping.http2 import clocks
+from h2ping.http2.engine.manifest import DATA, FAST_PATHS
 from h2ping.http2.lifetime import Lifetime
 from h2ping.http2.outbound import PUMP_BATCH
 from h2ping.http2.streams import SEND_LOW_WATER, SlotLost, StreamState, UpstreamStream
@@ -36,6 +37,7 @@ from ..h2fake import (
     config,
     data_bytes,
     of,
+    only_fast_paths,
 )
 
 
@@ -445,6 +447,64 @@ async def test_response_credit_is_held_on_the_stream_until_given_back() -> None:
     assert stream.unacked == 0
     stream.ack_held()  # nothing more to give
     assert not of(WindowUpdateFrame, await h.sent())
+
+
+class Taking(RecordingSink):
+    """A client keeping up: takes every piece at once; ``log`` gets each delivery."""
+
+    def __init__(self, log: list[tuple[int, bytes]], stream_id: int) -> None:
+        super().__init__()
+        self.log, self.stream_id = log, stream_id
+
+    def on_data(self, data: bytes, flow_controlled_length: int) -> int:
+        self.log.append((self.stream_id, bytes(data)))
+        return flow_controlled_length
+
+
+async def test_data_of_streams_in_turn_is_delivered_in_frame_order_a_run_in_one_piece() -> None:
+    """DATA of one stream in a row is held and delivered in one piece; another
+    stream's DATA hands it over, so the streams hear it in frame order; the
+    credit their clients took at once is counted in h2's windows, stream by
+    stream, quietly (no WINDOW_UPDATE is due yet). Every fast path taken,
+    whatever the probes of this process said."""
+    with only_fast_paths(FAST_PATHS):
+        h = Harness()
+    assert DATA in h.conn._engine.fast
+    log: list[tuple[int, bytes]] = []
+    streams = [h.slot().open(REQUEST, Taking(log, sid), end_stream=True) for sid in (1, 3)]
+    await h.sent()
+    data = h.server.data
+    h.feed(
+        h.server.headers(1, 200)
+        + h.server.headers(3, 200)
+        + data(1, b"a")
+        + data(3, b"bb")
+        + data(3, b"ccc")
+        + data(1, b"dddd")
+        + data(1, b"eeeee")
+        + data(1, b"f" * 6, end_stream=True)
+        + data(3, b"g" * 7)
+    )
+    await h.settle()
+    assert log == [(1, b"a"), (3, b"bbccc"), (1, b"ddddeeeeeffffff"), (3, b"g" * 7)]
+    h2conn: Any = h.conn._engine._h2
+    assert h2conn._inbound_flow_control_window_manager._bytes_processed == 28
+    window: Any = h2conn.streams[3]._inbound_window_manager
+    assert window._bytes_processed == 12
+    assert not of(WindowUpdateFrame, await h.sent())
+    assert [s.unacked for s in streams] == [0, 0]
+
+
+async def test_a_new_stream_takes_the_peers_settings_as_they_stand() -> None:
+    """The request_headers path reads the settings a new stream takes once
+    between SETTINGS frames: one that changes them is seen by the next stream."""
+    with only_fast_paths(FAST_PATHS):
+        h = Harness(window=65535)
+    h.open()  # settings read, and kept
+    h.feed(h.server.settings(initial_window_size=1000))
+    second, _ = h.open()
+    h2conn: Any = h.conn._engine._h2
+    assert h2conn.streams[second.stream_id].outbound_flow_control_window == 1000
 
 
 class Leaving(RecordingSink):

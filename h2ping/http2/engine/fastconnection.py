@@ -37,8 +37,9 @@ this process (:mod:`.fastpaths`):
 
 - ``receive``: :meth:`FastConnection._handle_frame`, h2's ``_receive_frame``
   without its trace formatting; off, h2's own ``_receive_frame`` runs.
-- ``data``: ``take_plain_data``, ``take_last_data`` and ``ack_quietly``; off,
-  each declines and h2 takes every frame.
+- ``data``: ``take_data``, ``take_last_data``, ``ack_quietly`` and
+  ``ack_taken`` (for a stream ``take_data`` returned); off, the first three
+  decline and h2 takes every frame.
 - ``stream_faults``: the ``_receive_frame`` and ``_begin_new_stream`` overrides,
   the ``__class__`` swap to :class:`_Stream`, and closing a stream by writing
   its state machine; off, those faults end the connection as plain h2 has it,
@@ -48,7 +49,9 @@ this process (:mod:`.fastpaths`):
   HEADERS itself, its block from :mod:`.hpackencode`, making the state changes
   h2's ``send_headers`` would, and forgetting closed streams
   (``open_outbound_streams``) only now and then instead of on every request;
-  off, h2's ``send_headers`` and hpack's encoder do it all.
+  off, h2's ``send_headers`` and hpack's encoder do it all. What a new stream
+  takes from h2's settings is read once between SETTINGS frames, which the
+  ``_receive_frame`` override sees.
 - ``response_headers``: :meth:`FastConnection.take_response_headers` takes a
   response's first header block, in one unpadded HEADERS frame, without
   hyperframe's frame objects and h2's frame dispatch, doing the rest as h2's
@@ -76,7 +79,14 @@ import h2.exceptions
 import h2.stream
 import hpack
 from h2.errors import ErrorCodes
-from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, WindowUpdateFrame
+from hyperframe.frame import (
+    DataFrame,
+    Frame,
+    HeadersFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
 
 from ... import errors
 from ...fields import Header
@@ -325,6 +335,9 @@ class FastConnection(h2.connection.H2Connection):
         #: What request_headers makes a stream of: what _begin_new_stream leaves.
         self._new_stream = self._stream_class if self._stream_faults else _H2Stream
         self._forget_at = _FORGET_FLOOR
+        # (our initial stream window, the peer's, its stream limit) as h2's
+        # settings hold them, read once between SETTINGS frames (see _new_stream_settings).
+        self._settings_now: tuple[int, int, int] | None = None
         self._request_blocks = RequestBlockEncoder()
         if HPACK in fast:
             self.decoder = FieldCachingDecoder()  # before any header block: a fresh state
@@ -371,9 +384,10 @@ class FastConnection(h2.connection.H2Connection):
             return False
         if stream_id <= self.highest_outbound_stream_id or not stream_id & 1:
             return False  # h2 raises: an id too low, or a server's
+        our_window, peer_window, peer_streams = self._settings_now or self._new_stream_settings()
         known = len(self.streams)  # open ones, and closed ones not yet forgotten
-        if known >= self._forget_at or known >= self.remote_settings.max_concurrent_streams:
-            if self.open_outbound_streams >= self.remote_settings.max_concurrent_streams:
+        if known >= self._forget_at or known >= peer_streams:
+            if self.open_outbound_streams >= peer_streams:
                 return False  # h2 raises TooManyStreamsError
             self._forget_at = max(_FORGET_FLOOR, 2 * len(self.streams))
         if self.state_machine.state is _IDLE:  # the first request opens the connection
@@ -381,12 +395,7 @@ class FastConnection(h2.connection.H2Connection):
         # The stream, as h2's _begin_new_stream makes it, and the moves of its
         # state machine that send_headers makes: IDLE to OPEN (request_sent), and
         # on to HALF_CLOSED_LOCAL with END_STREAM.
-        stream = self._new_stream(
-            stream_id,
-            self.config,
-            self.local_settings.initial_window_size,
-            self.remote_settings.initial_window_size,
-        )
+        stream = self._new_stream(stream_id, self.config, our_window, peer_window)
         stream.max_outbound_frame_size = self.max_outbound_frame_size
         if _COPIES_INBOUND_FRAME_SIZE:
             stream.max_inbound_frame_size = self.max_inbound_frame_size  # type: ignore[attr-defined]
@@ -414,6 +423,20 @@ class FastConnection(h2.connection.H2Connection):
         head = size.to_bytes(3, "big") + _HEADERS_FRAME + bytes((flags,))
         self._data_to_send += head + stream_id.to_bytes(4, "big") + block
         return True
+
+    def _new_stream_settings(self) -> tuple[int, int, int]:
+        """What a new stream takes from h2's settings (h2's ``_begin_new_stream``
+        and its stream limit read them through a mapping's three calls each), kept
+        until the next SETTINGS frame or ACK (:meth:`_receive_frame`): the only
+        frames that change them, our SETTINGS going out once, in the preface."""
+        local, remote = self.local_settings, self.remote_settings
+        now = (
+            local.initial_window_size,
+            remote.initial_window_size,
+            remote.max_concurrent_streams,
+        )
+        self._settings_now = now
+        return now
 
     def send_body(self, stream_id: int, data: bytes | memoryview, end_stream: bool) -> None:
         """A DATA frame of a request's body on ``stream_id``, as ``send_data`` sends it."""
@@ -528,25 +551,15 @@ class FastConnection(h2.connection.H2Connection):
             _response_ended(machine)
         return True
 
-    def take_plain_data(self, stream_id: int, size: int) -> bool:
-        """Account for a DATA frame without flags (no END_STREAM, no padding) of
-        ``size`` bytes on ``stream_id`` as h2 would, and say True: the caller
-        delivers the payload itself. False, with nothing changed, wherever h2
-        would do more than count (an error, a closed or unknown stream, DATA
-        before the response headers): the caller then gives h2 the frame."""
-        return self._take_data(stream_id, size, False) is not None
-
-    def take_last_data(self, stream_id: int, size: int) -> bool:
-        """As :meth:`take_plain_data`, for a DATA frame with END_STREAM (and no
-        padding): also ends the stream's receiving half, as h2 would. The caller
-        delivers the payload, then the response's end."""
-        stream = self._take_data(stream_id, size, True)
-        if stream is None:
-            return False
-        _response_ended(stream.state_machine)
-        return True
-
-    def _take_data(self, stream_id: int, size: int, last: bool) -> h2.stream.H2Stream | None:
+    def take_data(self, stream_id: int, size: int, last: bool = False) -> h2.stream.H2Stream | None:
+        """Account for a DATA frame without padding of ``size`` bytes on
+        ``stream_id`` as h2 would, and return its stream: the caller delivers
+        the payload itself, and gives its credit back with :meth:`ack_taken`.
+        ``last``: the frame has END_STREAM, and must complete a content-length
+        (see :meth:`take_last_data`, which also ends the stream). None, with
+        nothing changed, wherever h2 would do more than count (an error, a
+        closed or unknown stream, DATA before the response headers): the caller
+        then gives h2 the frame."""
         if not self._fast_data or self.state_machine.state is not _CLIENT_OPEN:
             return None
         stream = self.streams.get(stream_id)
@@ -570,18 +583,32 @@ class FastConnection(h2.connection.H2Connection):
         stream._actual_content_length += size
         return stream
 
+    def take_last_data(self, stream_id: int, size: int) -> h2.stream.H2Stream | None:
+        """As :meth:`take_data`, for a DATA frame with END_STREAM (and no
+        padding): also ends the stream's receiving half, as h2 would. The caller
+        delivers the payload, then the response's end."""
+        stream = self.take_data(stream_id, size, True)
+        if stream is not None:
+            _response_ended(stream.state_machine)
+        return stream
+
     def ack_quietly(self, stream_id: int, size: int) -> bool:
         """Mark ``size`` received bytes on ``stream_id`` processed, as
         ``acknowledge_received_data`` does, when no window would get a
-        WINDOW_UPDATE for it yet (h2 sends one once half a window is processed,
-        or sooner when a window is empty); else False with nothing changed. A
-        stream that ended has no window of its own left: only the connection's
-        counts, as in h2."""
+        WINDOW_UPDATE for it yet; else False with nothing changed (see
+        :meth:`ack_taken`)."""
         if not self._fast_data:
             return False
         stream = self.streams.get(stream_id)
-        if stream is None:
-            return False
+        return stream is not None and self.ack_taken(stream, size)
+
+    def ack_taken(self, stream: h2.stream.H2Stream, size: int) -> bool:
+        """:meth:`ack_quietly` for a stream :meth:`take_data` returned, without
+        looking it up again: the credit of the frames just delivered. h2 sends a
+        WINDOW_UPDATE once half a window is processed, or sooner when a window is
+        empty; where it would, False with nothing changed. A stream that ended
+        has no window of its own left: only the connection's counts, as in h2
+        (whether h2 still holds the stream or has forgotten it)."""
         connection = self._inbound_flow_control_window_manager
         if (
             not connection.current_window_size
@@ -589,18 +616,16 @@ class FastConnection(h2.connection.H2Connection):
         ):
             return False
         state = stream.state_machine.state
-        if state is _CLOSED:
-            connection._bytes_processed += size
-            return True
-        if state not in _RECEIVING:
-            return False
-        window = stream._inbound_window_manager
-        if not window.current_window_size or window._bytes_processed + size >= (
-            window.max_window_size // 2
-        ):
+        if state in _RECEIVING:
+            window = stream._inbound_window_manager
+            if not window.current_window_size or window._bytes_processed + size >= (
+                window.max_window_size // 2
+            ):
+                return False
+            window._bytes_processed += size
+        elif state is not _CLOSED:
             return False
         connection._bytes_processed += size
-        window._bytes_processed += size
         return True
 
     def _begin_new_stream(self, stream_id: int, allowed_ids: Any) -> h2.stream.H2Stream:
@@ -623,6 +648,8 @@ class FastConnection(h2.connection.H2Connection):
         return stream
 
     def _receive_frame(self, frame: Frame) -> list[h2.events.Event]:
+        if frame.__class__ is SettingsFrame:  # the peer's settings, or its ACK of ours
+            self._settings_now = None
         try:
             if self._fast_receive:
                 return self._handle_frame(frame)

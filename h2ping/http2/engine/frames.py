@@ -13,9 +13,9 @@ A third job serves the fast layer (:mod:`.fast`) alone, and is off unless asked
 for. With ``plain_data``, non-empty DATA frames with no flags (no END_STREAM, no
 padding) are handed out on their own, as their payload, so the engine can
 deliver them without h2's per-frame machinery (see
-:meth:`.fastconnection.FastConnection.take_plain_data`), several such frames
-of one stream in a row (a download's) as one piece, the list of their
-payloads, so that the engine can count them all in one step; and DATA frames
+:meth:`.fastconnection.FastConnection.take_data`), several such frames of one
+stream in a row (a download's) as one piece, the list of their payloads, so
+that the engine can count them all in one step; and DATA frames
 with END_STREAM alone as whole frames (``take_last_data``). With
 ``plain_headers``, so are HEADERS frames that hold a whole header block without
 padding or priority (``take_response_headers``). Frames inside a header block
@@ -69,6 +69,7 @@ Piece = tuple[int, Any]  # (kind, bytes), or (stream id, list[bytes]): see the k
 #: Our SETTINGS_MAX_FRAME_SIZE (h2's default, which h2ping does not change).
 MAX_FRAME_SIZE = 16384
 _SETTING = 6  # bytes per SETTINGS entry
+_SMALL_DATA = fg.SMALL_DATA
 
 
 class FrameSizeError(Exception):
@@ -135,82 +136,90 @@ class FrameSplitter:
         partial frame waits for more data."""
         data = self._buffer
         pieces: list[Piece] = []
+        append = pieces.append
         start = pos = self._pos
         size = len(data)
-        end = size if budget is None else min(size, pos + budget)
+        # A frame is begun below ``stop``: within the budget, its header whole.
+        stop = size - FRAME_HEADER + 1
+        if budget is not None and pos + budget < stop:
+            stop = pos + budget
         costs: dict[str, float] = {}  # what the frames charged cost, by kind
-        hears = self.guard.hears  # None: not a client's (see FloodGuard)
+        guard = self.guard
+        hears = guard.hears  # None: not a client's (see FloodGuard)
         plain_data, plain_headers = self._plain_data, self._plain_headers
+        in_block = self._in_header_block  # written back as the frames are taken
         unpack = _HEAD.unpack_from
-        while pos < end and pos + FRAME_HEADER <= size:
+        while pos < stop:
             head, flags, stream_id = unpack(data, pos)  # one call for all nine bytes
             length = head >> 8
             if length > MAX_FRAME_SIZE:
                 # Refuse before buffering up to 16 MiB of it (RFC 9113 4.2).
                 raise FrameSizeError(f"frame of {length} bytes announced")
-            frame_end = pos + FRAME_HEADER + length
+            body = pos + FRAME_HEADER
+            frame_end = body + length
             if frame_end > size:
                 break
             kind = head & 0xFF
             stream_id &= _STREAM_ID_MASK
-            if self._in_header_block:
+            if not kind and not in_block:  # DATA (inside a header block, h2 refuses it)
+                if length < _SMALL_DATA:
+                    if not length and not flags & _END_STREAM:
+                        _add(costs, fg.EMPTY_DATA, 1)
+                        pos = frame_end
+                        continue  # (h2's, whatever its stream)
+                    if (
+                        hears is not None
+                        and hears(stream_id) is None
+                        and not guard.in_flight(stream_id)
+                    ):
+                        # Past what was in flight when we reset it: a flood.
+                        _add(costs, fg.CLOSED_STREAMS, 1 - length / _SMALL_DATA)
+                if plain_data and stream_id and (not flags or flags == _END_STREAM):
+                    if pos > start:
+                        append((RUN, data[start:pos]))
+                    if flags:
+                        append((FRAME, data[pos:frame_end]))
+                    elif (
+                        frame_end < stop
+                        and data[frame_end + 3 : frame_end + FRAME_HEADER] == data[pos + 3 : body]
+                        and (hears is None or hears(stream_id) is not None)
+                    ):  # more of this stream's follow (none is charged: it is heard)
+                        frame_end = self._data_run(stream_id, pos, frame_end, stop, pieces)
+                    else:
+                        append((stream_id, data[body:frame_end]))
+                    start = frame_end
+            elif in_block:
                 # Only CONTINUATION may come now; h2 refuses anything else.
                 if kind == _CONTINUATION:
                     if self._charged_block:
                         _add(costs, fg.CLOSED_STREAMS, 1 + length / fg.HPACK_BYTES_PER_UNIT)
                     if flags & _END_HEADERS:
-                        self._in_header_block = self._charged_block = False
-            elif kind == _DATA:
-                if not length and not flags & _END_STREAM:
-                    _add(costs, fg.EMPTY_DATA, 1)
-                else:
-                    if (
-                        hears is not None
-                        and length < fg.SMALL_DATA
-                        and hears(stream_id) is None
-                        and not self.guard.in_flight(stream_id)
-                    ):
-                        # Past what was in flight when we reset it: a flood.
-                        _add(costs, fg.CLOSED_STREAMS, 1 - length / fg.SMALL_DATA)
-                    if plain_data and stream_id and (flags == _END_STREAM or not flags):
-                        if pos > start:
-                            pieces.append((RUN, data[start:pos]))
-                        if flags:
-                            pieces.append((FRAME, data[pos:frame_end]))
-                        elif (
-                            frame_end < end
-                            and data[frame_end + 3 : frame_end + 9] == data[pos + 3 : pos + 9]
-                            and (hears is None or hears(stream_id) is not None)
-                        ):  # more of this stream's follow (none is charged: it is heard)
-                            frame_end = self._data_run(stream_id, pos, frame_end, end, pieces)
-                        else:
-                            pieces.append((stream_id, data[pos + FRAME_HEADER : frame_end]))
-                        start = frame_end
+                        in_block = self._in_header_block = self._charged_block = False
             elif kind == HEADERS_TYPE:
                 if (
                     hears is not None
                     and hears(stream_id) is None
-                    and not self.guard.in_flight(stream_id)
+                    and not guard.in_flight(stream_id)
                 ):
                     # A stream let go, past what was in flight: HPACK work for nothing.
                     _add(costs, fg.CLOSED_STREAMS, 1 + length / fg.HPACK_BYTES_PER_UNIT)
                     self._charged_block = not flags & _END_HEADERS
                 if plain_headers and (flags | _END_STREAM) == _PLAIN_HEADERS and stream_id:
                     if pos > start:
-                        pieces.append((RUN, data[start:pos]))
-                    pieces.append((FRAME, data[pos:frame_end]))
+                        append((RUN, data[start:pos]))
+                    append((FRAME, data[pos:frame_end]))
                     start = frame_end
                 else:
-                    self._in_header_block = not flags & _END_HEADERS
+                    in_block = self._in_header_block = not flags & _END_HEADERS
             elif kind == _GOAWAY:
                 # (8 bytes of fixed fields, then debug data, read for the log)
                 _add(costs, fg.GOAWAY, fg.GOAWAY_COST + max(0, length - 8) / fg.BYTES_PER_UNIT)
                 if pos > start:
-                    pieces.append((RUN, data[start:pos]))
-                pieces.append((GOAWAY, data[pos + FRAME_HEADER : frame_end]))
+                    append((RUN, data[start:pos]))
+                append((GOAWAY, data[body:frame_end]))
                 start = frame_end
             elif kind == _PUSH_PROMISE:
-                self._in_header_block = not flags & _END_HEADERS
+                in_block = self._in_header_block = not flags & _END_HEADERS
             elif kind == _PING:
                 _add(costs, fg.PING, 1)
             elif kind == _SETTINGS:
@@ -219,7 +228,7 @@ class FrameSplitter:
                 _add(costs, fg.PRIORITY, 1)
             elif kind in (_RST_STREAM, _WINDOW_UPDATE):
                 if hears is not None:
-                    if stream_id and self.guard.idle(stream_id):
+                    if stream_id and guard.idle(stream_id):
                         name = "RST_STREAM" if kind == _RST_STREAM else "WINDOW_UPDATE"
                         raise IdleStreamError(f"{name} on stream {stream_id}, never opened")
                     _add(costs, fg.RST_STREAM if kind == _RST_STREAM else fg.WINDOW_UPDATE, 1)
@@ -227,28 +236,29 @@ class FrameSplitter:
                 _add(costs, fg.UNKNOWN, 1 + length / fg.BYTES_PER_UNIT)
             pos = frame_end
         if pos > start:
-            pieces.append((RUN, data[start:pos]))
+            append((RUN, data[start:pos]))
         if pos == size:
             self._buffer, self._pos = b"", 0
         else:
             self._pos = pos
         if costs:
-            self.guard.charge(costs)
+            guard.charge(costs)
         return pieces
 
     def _data_run(
-        self, stream_id: int, pos: int, frame_end: int, end: int, pieces: list[Piece]
+        self, stream_id: int, pos: int, frame_end: int, stop: int, pieces: list[Piece]
     ) -> int:
         """Hand out the plain DATA frame at ``pos`` (ending at ``frame_end``) with
-        the plain DATA frames of its stream that follow it, whole, up to ``end``,
-        as one piece, the list of their payloads; return where they end."""
+        the plain DATA frames of its stream that follow it, whole, beginning
+        below ``stop``, as one piece, the list of their payloads; return where
+        they end."""
         data = self._buffer
         size = len(data)
         # Their header's type, flags and stream id, as this one's (reserved bit included).
         tag = data[pos + 3 : pos + FRAME_HEADER]
         payloads = [data[pos + FRAME_HEADER : frame_end]]
         pos = frame_end
-        while pos < end and data[pos + 3 : pos + FRAME_HEADER] == tag:
+        while pos < stop and data[pos + 3 : pos + FRAME_HEADER] == tag:
             length = int.from_bytes(data[pos : pos + 3], "big")
             frame_end = pos + FRAME_HEADER + length
             if not length or length > MAX_FRAME_SIZE or frame_end > size:

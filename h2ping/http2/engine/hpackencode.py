@@ -120,6 +120,23 @@ def field(name: bytes, value: bytes, sensitive: bool, huffman: bool = True) -> b
     return bytes((first,)) + string(name, huffman) + string(value, huffman)
 
 
+#: The first bytes of each VARYING field, literal without indexing: its name's
+#: index in the static table (4-bit prefix, RFC 7541 6.2.2).
+_VARYING_PREFIX = {name: integer(_NAME_INDEX[name], 4, _WITHOUT_INDEXING) for name in VARYING}
+
+
+def varying(name: bytes, value: bytes) -> bytes:
+    """``field(name, value, False, huffman=False)`` for a ``name`` in
+    :data:`VARYING`, in a few steps: such fields are encoded on every request."""
+    index = _FULL_INDEX.get((name, value))  # (":path", "/"), say
+    if index is not None:
+        return integer(index, 7, _INDEXED)
+    size = len(value)
+    if size < 0x7F:  # the length in one byte
+        return _VARYING_PREFIX[name] + size.to_bytes(1, "big") + value
+    return _VARYING_PREFIX[name] + integer(size, 7, 0) + value
+
+
 class RequestBlockEncoder:
     """Encodes header lists as blocks that use no dynamic table (see the module)."""
 
@@ -136,7 +153,9 @@ class RequestBlockEncoder:
             encoded = kept.get(header)
             if encoded is None:
                 name, value = header
-                if name in VARYING or len(value) > KEPT_VALUE_LIMIT:
+                if name in VARYING:
+                    encoded = varying(name, value)
+                elif len(value) > KEPT_VALUE_LIMIT:
                     encoded = field(name, value, False, huffman=False)
                 else:
                     encoded = field(name, value, False)

@@ -81,8 +81,10 @@ _SEND_DATA = "h2.connection.H2Connection.send_data, h2.stream.H2Stream.send_data
 
 MANIFEST: tuple[Reach, ...] = (
     # --- receive: h2's frame dispatch without its trace formatting
+    # (request_headers: a SETTINGS frame, seen there, drops the settings kept for new streams)
     Reach(_CONNECTION, "_receive_frame", "overrides",
-          _paths(RECEIVE, STREAM_FAULTS, RESPONSE_HEADERS), _RECV, renamed_in=(_C,)),
+          _paths(RECEIVE, STREAM_FAULTS, RESPONSE_HEADERS, REQUEST_HEADERS), _RECV,
+          renamed_in=(_C,)),
     Reach(_CONNECTION, "_frame_dispatch_table", "reads; clears at the connection's end",
           _paths(RECEIVE), _RECV, renamed_in=(_C,)),
     Reach(_CONNECTION, "_prepare_for_sending", "calls",

@@ -25,8 +25,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Mapping
-from itertools import chain
+from collections.abc import Mapping
 from typing import Any
 
 import h2.connection
@@ -35,7 +34,7 @@ import h2.settings
 from h2.errors import ErrorCodes
 
 from ... import errors
-from ...fields import Header
+from ...fields import Header, header_list_size
 from . import floodguard as fg
 from .floodguard import FloodGuard
 
@@ -44,8 +43,6 @@ _KNOWN_SETTINGS = frozenset(int(code) for code in h2.settings.SettingCodes)
 
 #: (RFC 9209 error type, detail) for a stream's failure.
 Fault = tuple[str, str]
-#: RFC 9113 6.5.2: each field counts its name and value plus 32 bytes.
-FIELD_OVERHEAD = 32
 #: The most dynamic table the request encoder keeps, whatever larger size the
 #: peer allows: 4,096 is the protocol's default, and Go's transport caps its
 #: encoder there too.
@@ -54,11 +51,6 @@ _HEADER_TABLE_SIZE = int(h2.settings.SettingCodes.HEADER_TABLE_SIZE)
 _SETTING = 6  # bytes per SETTINGS entry
 _PAYLOAD = 9  # where a frame's payload starts
 _ACK = 0x1
-
-
-def header_list_size(headers: Collection[tuple[bytes, bytes]]) -> int:
-    """The size SETTINGS_MAX_HEADER_LIST_SIZE limits (RFC 9113 6.5.2)."""
-    return sum(map(len, chain.from_iterable(headers))) + FIELD_OVERHEAD * len(headers)
 
 
 class PeerRules:

@@ -210,6 +210,10 @@ class H2Engine:
         self.header_list_limit = header_list_limit
         self._hear: Callable[[int], StreamEvents | None] = _nobody  # see heard_through
         self.responses = 0  # response heads received: the peer is taking work
+        #: The peer's SETTINGS_MAX_HEADER_LIST_SIZE as it stands (None: unlimited,
+        #: which is also what it is before the peer's first SETTINGS); kept here
+        #: as its SETTINGS are told, read for every request.
+        self.peer_header_list_limit: int | None = None
         self.heard = Heard()
         # DATA of one stream, held while more of it follows with nothing between
         # (see _deliver): one delivery, one write to the client, one credit back.
@@ -329,24 +333,13 @@ class H2Engine:
         self._held.append(data)
         self._held_length += flow_controlled_length
 
-    def _hold_all(self, stream_id: int, payloads: list[bytes], flow_controlled_length: int) -> None:
-        """:meth:`_deliver` for the payloads of several frames of ``stream_id``,
-        the stream of what is held (or nothing is), at once; the list becomes
-        the engine's."""
-        self._held_stream = stream_id
-        if self._held:
-            self._held += payloads
-        else:
-            self._held = payloads
-        self._held_length += flow_controlled_length
-
     def _release(self) -> None:
         """Deliver the DATA held (see :meth:`_deliver`), if any."""
         if not self._held:
             return
         stream_id, held, length = self._held_stream, self._held, self._held_length
         self._held_stream, self._held, self._held_length = 0, [], 0
-        data = held[0] if len(held) == 1 else b"".join(held)
+        data = b"".join(held)  # one frame's: its payload itself, no copy
         try:
             stream = self._hear(stream_id)
             if stream is not None:
@@ -409,6 +402,7 @@ class H2Engine:
         elif isinstance(event, h2.events.RemoteSettingsChanged):
             sent = self._rules.settings_changed(event.changed_settings)
             self.heard.settings = {**(self.heard.settings or {}), **sent}
+            self.peer_header_list_limit = self._h2.remote_settings.max_header_list_size
             events.on_settings(
                 self._h2.remote_settings.max_concurrent_streams,
                 h2.settings.SettingCodes.INITIAL_WINDOW_SIZE in event.changed_settings,
@@ -458,12 +452,6 @@ class H2Engine:
     def send_window(self, stream_id: int) -> int:
         """How much request body the peer's windows take on ``stream_id`` now."""
         return self._h2.local_flow_control_window(stream_id)
-
-    @property
-    def peer_header_list_limit(self) -> int | None:
-        """The peer's SETTINGS_MAX_HEADER_LIST_SIZE as it stands (None: unlimited,
-        which is also what it reads before the peer's first SETTINGS)."""
-        return self._h2.remote_settings.max_header_list_size
 
     @property
     def max_frame_size(self) -> int:

@@ -106,7 +106,7 @@ class _Twin:
         self.record.append([self.conn.outbound_flow_control_window, mine])
 
     def plain_data(self, stream_id: int, size: int) -> None:
-        if self.conn.take_plain_data(stream_id, size):
+        if self.conn.take_data(stream_id, size):
             self.taken += 1
             self.record.append([["DataReceived", stream_id, size]])
             self.record.append(self.conn.data_to_send())
