@@ -149,6 +149,9 @@ class FrameSplitter:
         plain_data, plain_headers = self._plain_data, self._plain_headers
         in_block = self._in_header_block  # written back as the frames are taken
         unpack = _HEAD.unpack_from
+        # The stream of the plain DATA piece handed out last (0: the last piece
+        # was no such piece), which the same stream's next frame joins.
+        run_of = 0
         while pos < stop:
             head, flags, stream_id = unpack(data, pos)  # one call for all nine bytes
             length = head >> 8
@@ -179,14 +182,17 @@ class FrameSplitter:
                         append((RUN, data[start:pos]))
                     if flags:
                         append((FRAME, data[pos:frame_end]))
-                    elif (
-                        frame_end < stop
-                        and data[frame_end + 3 : frame_end + FRAME_HEADER] == data[pos + 3 : body]
-                        and (hears is None or hears(stream_id) is not None)
-                    ):  # more of this stream's follow (none is charged: it is heard)
-                        frame_end = self._data_run(stream_id, pos, frame_end, stop, pieces)
+                        run_of = 0
+                    elif stream_id == run_of and pos == start:
+                        # Right after this stream's plain DATA: one piece, a list.
+                        held = pieces[-1][1]
+                        if held.__class__ is list:
+                            held.append(data[body:frame_end])
+                        else:
+                            pieces[-1] = (stream_id, [held, data[body:frame_end]])
                     else:
                         append((stream_id, data[body:frame_end]))
+                        run_of = stream_id
                     start = frame_end
             elif in_block:
                 # Only CONTINUATION may come now; h2 refuses anything else.
@@ -209,6 +215,7 @@ class FrameSplitter:
                         append((RUN, data[start:pos]))
                     append((FRAME, data[pos:frame_end]))
                     start = frame_end
+                    run_of = 0
                 else:
                     in_block = self._in_header_block = not flags & _END_HEADERS
             elif kind == _GOAWAY:
@@ -218,6 +225,7 @@ class FrameSplitter:
                     append((RUN, data[start:pos]))
                 append((GOAWAY, data[body:frame_end]))
                 start = frame_end
+                run_of = 0
             elif kind == _PUSH_PROMISE:
                 in_block = self._in_header_block = not flags & _END_HEADERS
             elif kind == _PING:
@@ -244,29 +252,6 @@ class FrameSplitter:
         if costs:
             guard.charge(costs)
         return pieces
-
-    def _data_run(
-        self, stream_id: int, pos: int, frame_end: int, stop: int, pieces: list[Piece]
-    ) -> int:
-        """Hand out the plain DATA frame at ``pos`` (ending at ``frame_end``) with
-        the plain DATA frames of its stream that follow it, whole, beginning
-        below ``stop``, as one piece, the list of their payloads; return where
-        they end."""
-        data = self._buffer
-        size = len(data)
-        # Their header's type, flags and stream id, as this one's (reserved bit included).
-        tag = data[pos + 3 : pos + FRAME_HEADER]
-        payloads = [data[pos + FRAME_HEADER : frame_end]]
-        pos = frame_end
-        while pos < stop and data[pos + 3 : pos + FRAME_HEADER] == tag:
-            length = int.from_bytes(data[pos : pos + 3], "big")
-            frame_end = pos + FRAME_HEADER + length
-            if not length or length > MAX_FRAME_SIZE or frame_end > size:
-                break  # take's own loop charges it, refuses it, or waits for the rest
-            payloads.append(data[pos + FRAME_HEADER : frame_end])
-            pos = frame_end
-        pieces.append((stream_id, payloads if len(payloads) > 1 else payloads[0]))
-        return pos
 
 
 def _add(costs: dict[str, float], kind: str, cost: float) -> None:
