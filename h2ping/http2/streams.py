@@ -252,13 +252,15 @@ class UpstreamStream:
     def got_end(self) -> None:
         """The response is complete."""
         sink = self.sink
-        if self.state is not _SENT:
-            # A complete response before the whole request body (RFC 9113 8.1):
-            # stop sending the rest; the response stands.
-            self.table.reset(self, ErrorCodes.NO_ERROR)
-        else:
-            self.table.forget(self)
-        sink.on_end()
+        try:
+            sink.on_end()  # the client's answer first: the table's bookkeeping is off its way
+        finally:
+            if self.state is not _SENT:
+                # A complete response before the whole request body (RFC 9113 8.1):
+                # stop sending the rest; the response stands.
+                self.table.reset(self, ErrorCodes.NO_ERROR)
+            else:
+                self.table.forget(self)
 
     def got_reset(self, code: int) -> None:
         """The peer reset the stream: refused unprocessed (safe to replay), or not."""

@@ -637,3 +637,29 @@ async def test_a_request_whole_in_its_headers_leaves_at_once_the_rest_with_the_t
     await h.sent()
     h.open(end_stream=False)
     assert not h.transport.frames()  # a body is to come: it goes with the turn's write
+
+
+async def test_a_response_is_told_before_its_stream_leaves_the_table_which_it_leaves_anyway() -> (
+    None
+):
+    h = Harness()
+    seen: list[bool] = []
+
+    class Told(RecordingSink):
+        def on_end(self) -> None:
+            seen.append(stream.stream_id in h.conn.table.streams)
+            super().on_end()
+
+    class Broken(RecordingSink):
+        def on_end(self) -> None:
+            raise RuntimeError("a bug in the sink")
+
+    told, broken = Told(), Broken()
+    stream = h.slot().open(REQUEST, told, end_stream=True)
+    other = h.slot().open(REQUEST, broken, end_stream=True)
+    h.feed(h.server.headers(stream.stream_id, 200, end_stream=True))
+    h.feed(h.server.headers(other.stream_id, 200, end_stream=True))
+    await h.settle()
+    assert told.ended and seen == [True]  # told first: the table's bookkeeping after
+    assert h.conn.table.streams == {}  # the broken sink's stream left too
+    assert h.conn.state is ConnState.OPEN
