@@ -50,6 +50,12 @@ class OutputFlusher:
             self._scheduled = True
             self._loop.call_soon(self._flush_all)
 
+    def first(self, output: ClientOutput) -> bool:
+        """Whether ``output`` is the only connection with output queued in this
+        turn (some may have been written since)."""
+        dirty = self._dirty
+        return len(dirty) == 1 and dirty[0] is output
+
     def _flush_all(self) -> None:
         self._scheduled = False
         dirty, self._dirty = self._dirty, []
@@ -120,8 +126,14 @@ class ClientOutput:
                 self._write_batch(out)
 
     def write_now(self) -> None:
-        """Write what is queued at once, not at the end of this loop turn (a
-        response written whole, with no other behind it)."""
+        """Write what is queued at once, not at the end of this loop turn, if no
+        other connection has output queued in this turn (a response written
+        whole, with no other behind it). Where several have, they go out
+        together at the turn's end: written one by one amid the turn, their
+        clients' next requests came back one by one too, each turn then taking
+        fewer of them (a fifth more CPU per request at 50 connections)."""
+        if not self._flusher.first(self):
+            return
         try:
             self.flush()
         except Exception:  # as the flusher does: this connection's, not the caller's

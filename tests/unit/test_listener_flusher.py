@@ -62,3 +62,40 @@ async def test_a_failing_connection_is_cut_and_the_others_still_written() -> Non
     await asyncio.sleep(0)
     assert good.writes == other.writes == [b"x"]
     assert bad.aborted and not bad.writes
+
+
+async def test_a_whole_response_goes_at_once_unless_another_connection_has_output_this_turn() -> (
+    None
+):
+    flusher = OutputFlusher(asyncio.get_running_loop())
+    writers: list[Any] = []
+
+    class Handler:
+        def __init__(self, request: Any, writer: Any) -> None:
+            writers.append(writer)
+
+        def start(self) -> None:
+            pass
+
+    def answer(writer: Any) -> None:
+        writer.start(200, [(b"content-length", b"2")])
+        writer.write(b"ok")
+        writer.end()
+
+    transports = [FakeTransport(strict=False) for _ in range(3)]
+    for transport in transports:
+        conn = ClientConnection(Handler, set(), Stats(), ListenerLimits(30, 30), flusher)
+        conn.connection_made(transport)
+        request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+        conn.get_buffer(len(request))[: len(request)] = request
+        conn.buffer_updated(len(request))
+    first, second, third = writers
+    answer(first)
+    assert len(transports[0].writes) == 1  # alone in this turn: at once
+    answer(second)
+    answer(third)
+    # Others had output this turn: theirs go out together at its end, so that
+    # their clients' next requests come back together too.
+    assert not transports[1].writes and not transports[2].writes
+    await asyncio.sleep(0)
+    assert [len(t.writes) for t in transports] == [1, 1, 1]
