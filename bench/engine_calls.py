@@ -20,7 +20,9 @@ import asyncio
 import cProfile
 import pstats
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -58,61 +60,24 @@ def counted(profile: cProfile.Profile) -> tuple[int, dict[str, int]]:
     return stats.total_calls, by_module  # type: ignore[attr-defined]
 
 
-async def events(n: int) -> None:
+async def _one_response(path: bytes) -> tuple[Harness, Any]:
+    """A connection with one GET on ``path`` whose response head has come, the
+    sink giving each DATA frame's credit back at once; returns it and its stream."""
     h = Harness(max_streams=100, window=1 << 30, max_receive_window=1 << 24)
     await h.settle()
     sink = Acking()
-    stream = h.slot().open(
-        [
-            (b":method", b"GET"),
-            (b":scheme", b"https"),
-            (b":authority", b"u.test"),
-            (b":path", b"/sse"),
-        ],
-        sink,
-        end_stream=True,
-    )
+    head = [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"u.test")]
+    stream = h.slot().open([*head, (b":path", path)], sink, end_stream=True)
     sink.stream = stream
     h.feed(h.server.headers(stream.stream_id, 200))
     await h.settle()
-    frame = FakeServer.data(stream.stream_id, b"e" * 64)
-    for _ in range(100):  # warm
-        h.feed(frame)
-        await h.settle()
-    profile = cProfile.Profile()
-    profile.enable()
-    for _ in range(n):
-        h.feed(frame)
-        await h.settle()
-        await asyncio.sleep(0)
-    profile.disable()
-    print_counts("per streamed event", profile, n)
+    return h, stream
 
 
-#: The download's frames: their payload, and how many one read brings.
-DOWNLOAD_FRAME = 8192
-FRAMES_PER_READ = 8
-
-
-async def download(reads: int) -> None:
-    h = Harness(max_streams=100, window=1 << 30, max_receive_window=1 << 24)
-    await h.settle()
-    sink = Acking()
-    stream = h.slot().open(
-        [
-            (b":method", b"GET"),
-            (b":scheme", b"https"),
-            (b":authority", b"u.test"),
-            (b":path", b"/16m"),
-        ],
-        sink,
-        end_stream=True,
-    )
-    sink.stream = stream
-    h.feed(h.server.headers(stream.stream_id, 200))
-    await h.settle()
-    read = FakeServer.data(stream.stream_id, b"d" * DOWNLOAD_FRAME) * FRAMES_PER_READ
-    for _ in range(50):  # warm
+async def _profiled(h: Harness, read: bytes, warm: int, reads: int) -> cProfile.Profile:
+    """``read`` fed ``warm`` times, then ``reads`` times under cProfile, each in
+    its own loop turn."""
+    for _ in range(warm):
         h.feed(read)
         await h.settle()
     profile = cProfile.Profile()
@@ -122,7 +87,33 @@ async def download(reads: int) -> None:
         await h.settle()
         await asyncio.sleep(0)
     profile.disable()
-    total, parts = counted(profile)
+    return profile
+
+
+T = TypeVar("T")
+
+
+def _own_task(coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+    """Run ``coro`` as a task of its own: each loop turn then resumes it alone, not
+    through its caller too (a call more per turn in the profile)."""
+    return asyncio.get_running_loop().create_task(coro)
+
+
+async def events(n: int) -> None:
+    h, stream = await _one_response(b"/sse")
+    frame = FakeServer.data(stream.stream_id, b"e" * 64)
+    print_counts("per streamed event", await _own_task(_profiled(h, frame, 100, n)), n)
+
+
+#: The download's frames: their payload, and how many one read brings.
+DOWNLOAD_FRAME = 8192
+FRAMES_PER_READ = 8
+
+
+async def download(reads: int) -> None:
+    h, stream = await _one_response(b"/16m")
+    read = FakeServer.data(stream.stream_id, b"d" * DOWNLOAD_FRAME) * FRAMES_PER_READ
+    total, parts = counted(await _own_task(_profiled(h, read, 50, reads)))
     frames = reads * FRAMES_PER_READ
     print(
         f"per download DATA frame ({DOWNLOAD_FRAME} B, {FRAMES_PER_READ} a read): "
