@@ -77,8 +77,9 @@ class FastEngine(H2Engine):
 
     def handle(self, budget: int | None = None) -> int:
         """As :meth:`H2Engine.handle`, with the pieces the fast paths take: a
-        plain DATA frame's payload, a whole plain HEADERS or last DATA frame,
-        and runs of the other frames, each run given to h2 whole (its own
+        plain DATA frame's payload (or the payloads of one stream's in a row,
+        :meth:`_plain_run`), a whole plain HEADERS or last DATA frame, and runs
+        of the other frames, each run given to h2 whole (its own
         ``_receive_frame`` says which frame it refused)."""
         frames = self._frames
         backlog = frames.backlog
