@@ -175,13 +175,15 @@ def test_the_allowance_refills_with_time_up_to_the_burst() -> None:
         splitter.split(PING)
 
 
-def client_splitter(*opened: int) -> tuple[FrameSplitter, FloodGuard, set[int]]:
+def client_splitter(
+    *opened: int, plain_data: bool = False
+) -> tuple[FrameSplitter, FloodGuard, set[int]]:
     """A client's splitter: ``opened`` streams opened, and still served."""
     streams = set(opened)
     guard = FloodGuard(Clock(), lambda stream_id: stream_id if stream_id in streams else None)
     for stream_id in opened:
         guard.opened(stream_id)
-    return FrameSplitter(guard=guard), guard, streams
+    return FrameSplitter(guard=guard, plain_data=plain_data), guard, streams
 
 
 @pytest.mark.parametrize("make", [FakeServer.rst, FakeServer.window_update])
@@ -251,14 +253,17 @@ def test_only_the_streams_reset_last_keep_what_was_in_flight_free() -> None:
     assert guard.in_flight(2 * (fg.IN_FLIGHT_STREAMS + 1000) - 1)
 
 
-def test_small_frames_on_streams_let_go_are_charged_full_ones_are_not() -> None:
-    splitter, _, streams = client_splitter(1, 3)
+@pytest.mark.parametrize("plain_data", [False, True])
+def test_small_frames_on_streams_let_go_are_charged_full_ones_are_not(plain_data: bool) -> None:
+    """Also inside a run of one stream's DATA, as the fast layer has them."""
+    splitter, _, streams = client_splitter(1, 3, plain_data=plain_data)
     streams.discard(1)  # let go (a client went away): the server may not know yet
     # What a server had in flight, in full frames: nothing to pay.
-    splitter.split(FakeServer.data(1, b"d" * fg.SMALL_DATA) * 5000)
+    full = FakeServer.data(1, b"d" * fg.SMALL_DATA)
+    splitter.split(full * 5000)
     splitter.split(FakeServer.data(3, b"x") * 5000)  # a stream still served: nothing
     with pytest.raises(FloodError) as refused:
-        splitter.split(FakeServer.data(1, b"x") * int(fg.BURST + 1))
+        splitter.split(full + FakeServer.data(1, b"x") * int(fg.BURST + 1))
     assert refused.value.kind == fg.CLOSED_STREAMS
     # HEADERS on such a stream cost by the size of their block (HPACK work).
     splitter, _, streams = client_splitter(1)
@@ -341,3 +346,33 @@ def test_plain_data_and_whole_frames_come_out_by_stream() -> None:
         (5, b"r" * 7),
         (RUN, padded + PING),
     ]
+
+
+def test_one_streams_plain_data_in_a_row_comes_out_as_one_list() -> None:
+    """Plain DATA frames of one stream in a row are one piece, the list of their
+    payloads, small ones (which the flood budget reads) and ones with the R bit
+    set included; the run ends at another stream's frame, a flag, the budget or
+    a partial frame."""
+    big = [FakeServer.data(1, bytes([i]) * 2000) for i in range(6)]
+    small = FakeServer.data(1, b"s" * 10)
+    ended = FakeServer.data(1, b"e" * 2000, end_stream=True)
+    other = FakeServer.data(3, b"o" * 2000)
+    reserved = bytearray(big[0])
+    reserved[5] |= 0x80  # the R bit of the stream id: the same stream, told apart
+    splitter = FrameSplitter(plain_data=True)
+    pieces = splitter.split(
+        big[0] + big[1] + big[2] + other + big[3] + small + big[4] + bytes(reserved) + ended
+    )
+    assert pieces == [
+        (1, [b"\x00" * 2000, b"\x01" * 2000, b"\x02" * 2000]),
+        (3, b"o" * 2000),
+        (1, [b"\x03" * 2000, b"s" * 10, b"\x04" * 2000, b"\x00" * 2000]),
+        (FRAME, ended),
+    ]
+    # The budget: the frame that reaches it is the run's last; the rest waits.
+    splitter.feed(b"".join(big) + big[0][:100])
+    assert splitter.take(3 * 2000) == [(1, [bytes([i]) * 2000 for i in range(3)])]
+    assert splitter.take(None) == [(1, [bytes([i]) * 2000 for i in range(3, 6)])]
+    assert splitter.backlog == 100  # the partial frame waits for its rest
+    splitter.feed(big[0][100:])
+    assert splitter.take(None) == [(1, b"\x00" * 2000)]

@@ -189,7 +189,31 @@ class FrameSplitter:
                         if held.__class__ is list:
                             held.append(data[body:frame_end])
                         else:
-                            pieces[-1] = (stream_id, [held, data[body:frame_end]])
+                            held = [held, data[body:frame_end]]
+                            pieces[-1] = (stream_id, held)
+                        # The same stream's next frames, while they are plain DATA
+                        # that asks nothing of the loop above: flagless, no smaller
+                        # than a flood's (never charged), whole, begun in the budget.
+                        # (A set R bit makes the stream id differ: the loop above.)
+                        pos = frame_end
+                        while pos < stop:
+                            head, flags, next_id = unpack(data, pos)
+                            length = head >> 8
+                            if (
+                                next_id != stream_id
+                                or flags
+                                or head & 0xFF
+                                or length < _SMALL_DATA
+                                or length > MAX_FRAME_SIZE
+                            ):
+                                break
+                            frame_end = pos + FRAME_HEADER + length
+                            if frame_end > size:
+                                break
+                            held.append(data[pos + FRAME_HEADER : frame_end])
+                            pos = frame_end
+                        start = pos
+                        continue
                     else:
                         append((stream_id, data[body:frame_end]))
                         run_of = stream_id
