@@ -12,9 +12,14 @@ Here an ``ssl.SSLObject`` works over a pair of memory BIOs, and the rules are:
 - While the protocol reads, every byte TLS can decrypt is handed over before
   control goes back to the loop (several ``buffer_updated`` calls when one
   buffer does not hold it).
-- When the protocol pauses reading, the TCP transport pauses too, so what is not
-  read yet waits in the kernel, which delivers it, in order, before a FIN. At
-  most one read's worth waits in the incoming BIO.
+- When the protocol pauses reading, what TCP reads meanwhile waits in the
+  incoming BIO until it holds more than one read's worth; then the TCP
+  transport pauses too, so the rest waits in the kernel, which delivers it, in
+  order, before a FIN. At most two reads' worth wait in the incoming BIO. (The
+  TCP transport's pause and resume are two changes to the loop's epoll set:
+  a download's connection, which pauses after each turn of the inbound
+  schedule and resumes in the next, mostly resumed before anything more was
+  read.)
 - When the connection ends (FIN, close_notify, reset), whatever TLS still holds
   is handed over first, paused or not, then ``connection_lost``.
 
@@ -159,8 +164,11 @@ class TLSLayer(asyncio.BufferedProtocol):
         self._incoming.write(self._read_buffer[:nbytes])
         if self._state is _HANDSHAKE:
             self._step_handshake()
-        elif self._state is _OPEN and not self._app_paused:
-            self._deliver()
+        elif self._state is _OPEN:
+            if not self._app_paused:
+                self._deliver()
+            elif not self._tcp_paused and self._incoming.pending > TCP_READ_SIZE:
+                self._pause_tcp()  # enough waits here: the rest waits in the kernel
 
     def eof_received(self) -> bool:
         return False  # the transport closes; connection_lost hands over what is left
@@ -262,7 +270,7 @@ class TLSLayer(asyncio.BufferedProtocol):
         self._send_outgoing()  # what reading produced: a KeyUpdate's answer
         if peer_closed and self._tcp is not None:
             self._tcp.close()  # connection_lost follows, with nothing left to hand over
-        elif self._app_paused and not self._tcp_paused:
+        elif self._app_paused and not self._tcp_paused and self._incoming.pending > TCP_READ_SIZE:
             self._pause_tcp()
 
     def _send_outgoing(self) -> None:
@@ -316,9 +324,7 @@ class TLSLayer(asyncio.BufferedProtocol):
     def _app_pause_reading(self) -> None:
         if self._app_paused:
             return
-        self._app_paused = True
-        if not self._tcp_paused:
-            self._pause_tcp()
+        self._app_paused = True  # TCP pauses once enough waits (buffer_updated)
 
     def _app_resume_reading(self) -> None:
         if not self._app_paused:

@@ -15,7 +15,7 @@ import ssl
 
 import pytest
 
-from h2ping.http2.tlslayer import SessionCache, TLSLayer
+from h2ping.http2.tlslayer import TCP_READ_SIZE, SessionCache, TLSLayer
 from h2ping.http2.tunnel import TunnelClosed
 
 from ..conftest import TLSFiles, close_with_reset
@@ -152,6 +152,39 @@ async def test_a_paused_protocol_pauses_tcp_and_gets_the_rest_on_resume(tls: TLS
     await asyncio.sleep(0)
     assert app.received == PAYLOAD
     assert tcp.reading
+
+
+async def test_tcp_pauses_only_once_more_than_a_read_waits(tls: TLSFiles) -> None:
+    """A protocol that pauses and resumes before much more arrives (the inbound
+    schedule's turns) costs the TCP transport no pause: what comes meanwhile
+    waits in TLS; past one read's worth, TCP pauses, so at most two wait."""
+    app = App(buffer_size=16384, pause_after=1)
+    layer, tcp, server = await connected(tls, app)
+    feed(layer, server.send(b"a" * 20_000))  # the protocol pauses at the first call
+    assert tcp.reading and tcp.pauses == 0
+    first = len(app.received)
+    assert first < 20_000
+    app.pause_after = None
+    assert app.transport is not None
+    app.transport.resume_reading()
+    await asyncio.sleep(0)
+    assert app.received == b"a" * 20_000
+    assert tcp.pauses == tcp.resumes == 0
+    # Paused again, with more than a read coming: TCP pauses past one read's worth.
+    app.transport.pause_reading()
+    wire = server.send(PAYLOAD)
+    reads = 0
+    while tcp.reading and wire:
+        reads += feed(layer, wire[: TCP_READ_SIZE // 4])
+        wire = wire[TCP_READ_SIZE // 4 :]
+    assert not tcp.reading and tcp.pauses == 1
+    assert TCP_READ_SIZE < layer._incoming.pending <= 2 * TCP_READ_SIZE
+    assert reads >= 4  # (several reads went by unpaused)
+    app.transport.resume_reading()
+    await asyncio.sleep(0)
+    feed(layer, wire)  # the kernel's rest, once TCP reads again
+    assert tcp.reading and tcp.resumes == 1
+    assert app.received == b"a" * 20_000 + PAYLOAD
 
 
 @pytest.mark.parametrize("close_notify", [False, True])
