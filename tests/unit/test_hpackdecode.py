@@ -70,10 +70,70 @@ def test_repeated_fields_come_from_the_store_and_still_index() -> None:
         + hpack.hpack.encode_integer(5, 7)
         + b"nginx"
     )
-    mine, _, outcomes = decode_both([data] * 5)
+    # Each block its own (a field that differs), so that none repeats whole.
+    blocks = [data + b"\x00" + literal(b"", b"x-n") + literal(b"", b"%d" % i) for i in range(5)]
+    mine, _, outcomes = decode_both(blocks)
     assert mine.hits == 4  # the first decodes, the other four come from the store
+    assert mine.block_hits == 0
     assert len(mine.header_table.dynamic_entries) == 5  # each one indexed
-    assert outcomes[-1][0] == [(b":status", b"200"), (b"server", b"nginx")]
+    assert outcomes[-1][0] == [(b":status", b"200"), (b"server", b"nginx"), (b"x-n", b"4")]
+
+
+def test_a_repeated_block_comes_from_the_store_and_still_indexes() -> None:
+    """A block that names nothing in the dynamic table decodes the same whatever
+    it holds: kept whole; a repeat adds its entries again, in order."""
+    data = (
+        b"\x88"  # :status 200, static
+        + literal(b"\x76", b"nginx")  # incremental indexing, name: static entry 54 (server)
+        + add_entry(b"x-a", b"1")  # incremental indexing, literal name
+        + b"\x10" + literal(b"", b"x-s") + literal(b"", b"secret")  # never indexed
+    )  # fmt: skip
+    mine, _, outcomes = decode_both([data] * 5)
+    assert mine.block_hits == 4
+    assert len(mine.header_table.dynamic_entries) == 10  # two entries a block, each time
+    assert outcomes[-1][0] == [
+        (b":status", b"200"),
+        (b"server", b"nginx"),
+        (b"x-a", b"1"),
+        (b"x-s", b"secret"),
+    ]
+    # The caller's list is its own: changing it changes no later block's fields.
+    headers = mine.decode(data, raw=True)
+    headers.append((b"x-b", b"2"))
+    assert len(mine.decode(data, raw=True)) == 4
+
+
+def test_a_block_naming_a_dynamic_entry_or_resizing_is_decoded_each_time() -> None:
+    """The same bytes name another field once the table has changed: such a
+    block, and one that resizes the table, is never kept whole."""
+    newest = b"\xbe"  # indexed: dynamic entry 62, the newest
+    resize = b"\x3f\xe1\x1f"  # a table size update to 4,096
+    mine, _, outcomes = decode_both(
+        [
+            add_entry(b"x-a", b"1"),
+            newest,
+            add_entry(b"x-b", b"2"),
+            newest,
+            resize + b"\x88",
+            resize + b"\x88",
+        ]
+    )
+    assert [outcomes[1][0], outcomes[3][0]] == [[(b"x-a", b"1")], [(b"x-b", b"2")]]
+    assert mine.block_hits == 0
+
+
+def test_a_kept_block_over_a_lowered_limit_fails_as_with_hpack() -> None:
+    data = b"\x88" + literal(b"\x76", b"nginx")
+    mine, theirs = FieldCachingDecoder(), hpack.Decoder()
+    for decoder in (mine, theirs):
+        decoder.decode(data, raw=True)
+        decoder.decode(data, raw=True)
+        decoder.max_header_list_size = 40  # the block's list is 42 + 43 bytes
+    assert mine.block_hits == 1
+    for decoder in (mine, theirs):
+        with pytest.raises(hpack.OversizedHeaderListError):
+            decoder.decode(data, raw=True)
+    assert state(mine) == state(theirs)
 
 
 @pytest.mark.parametrize(

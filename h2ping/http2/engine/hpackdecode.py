@@ -14,6 +14,14 @@ It also decodes a block in a loop of its own when asked for raw bytes (as h2
 always asks): a one-byte index is looked up in place, and the fields are
 returned as decoded, without hpack's per-field helper calls and copies.
 
+And whole blocks repeat: a server's responses to the same kind of request, in
+the same second, carry the same status, server, date, type and length. A block
+that names nothing in the dynamic table (static indices, literals with static
+or literal names) and changes no table size decodes the same whatever the
+table holds, so its fields are kept, keyed by the block, with the entries it
+adds to the table (literals with incremental indexing, in order); a repeat adds
+them again, one after the other, and decodes nothing.
+
 This overrides hpack's ``Decoder.decode`` and ``Decoder._decode_literal``,
 which every literal field goes through (hpack 4.0-4.2), and uses the
 decoder's ``_decode_indexed``, ``_update_encoding_context`` and
@@ -35,6 +43,9 @@ from hpack import HeaderTuple
 
 #: Fields kept per connection; the store starts again empty when full.
 CACHED_FIELDS = 512
+#: Whole blocks kept per connection, and the longest kept; as the fields' store.
+CACHED_BLOCKS = 32
+CACHED_BLOCK_SIZE = 512
 _STATIC_ENTRIES = 61  # RFC 7541 Appendix A
 _ONE_BYTE_LENGTH = 0x7F  # a string length this size or more takes more bytes
 FIELD_OVERHEAD = 32  # RFC 7541 4.1: each field's size counts its name, value and 32
@@ -46,44 +57,66 @@ class FieldCachingDecoder(hpack.Decoder):
     def __init__(self) -> None:
         super().__init__()
         self._fields: dict[bytes, Any] = {}
+        # A block's fields, the entries it adds to the table, and its header list size.
+        self._blocks: dict[bytes, tuple[list[Any], list[Any], int]] = {}
         self.hits = 0  # fields taken from the store, for tests
+        self.block_hits = 0  # blocks taken from the store, for tests
 
     def decode(self, data: bytes, raw: bool = False) -> Any:
         if not raw:
             return super().decode(data, raw)
         if data.__class__ is not bytes:
             data = bytes(data)
-        view = memoryview(data)
-        fields = self._fields
         table = self.header_table
         limit = self.max_header_list_size
+        kept = self._blocks.get(data)
+        if kept is not None and kept[2] <= limit:  # (else decoded, to fail where hpack does)
+            for name, value in kept[1]:
+                _index(table, name, value)
+            self._assert_valid_table_size()
+            self.block_hits += 1
+            return kept[0][:]  # the caller's own list
+        view = memoryview(data)
+        fields = self._fields
         headers: list[Any] = []
         size = pos = 0
         end = len(data)
         header: Any
+        # Whether the block can be kept whole (see the module's docstring), and
+        # the entries it adds to the table.
+        keep = end <= CACHED_BLOCK_SIZE
+        added: list[Any] = []
         while pos < end:
             first = data[pos]
             if first & 0x80:
                 if first == 0xFF:  # an index of 127 or more: more bytes
+                    keep = False
                     header, consumed = self._decode_indexed(view[pos:])
                 else:  # raises hpack's InvalidTableIndex as hpack does
+                    if first & 0x7F > _STATIC_ENTRIES:
+                        keep = False
                     header, consumed = HeaderTuple(*table.get_by_index(first & 0x7F)), 1
             elif first & 0x40 or not first & 0x20:  # a literal field
                 indexing = first & 0x40 != 0
                 field_end = _field_end(data, pos, indexing)
                 header = fields.get(data[pos:field_end]) if field_end else None
                 if header is None:
+                    if not field_end:  # a dynamic name, or long: decoded by hpack each time
+                        keep = False
                     header, consumed = self._decode_literal(view[pos:], indexing)
                 else:
                     self.hits += 1
                     if indexing:
                         _index(table, header[0], header[1])
                     consumed = field_end - pos
+                if indexing:
+                    added.append(header)
             else:
                 if headers:
                     raise hpack.HPACKDecodingError(
                         "Table size update not at the start of the block"
                     )
+                keep = False
                 pos += self._update_encoding_context(view[pos:])
                 continue
             if header[0].__class__ is not bytes or header[1].__class__ is not bytes:
@@ -96,6 +129,11 @@ class FieldCachingDecoder(hpack.Decoder):
                 )
             pos += consumed
         self._assert_valid_table_size()
+        if keep:
+            blocks = self._blocks
+            if len(blocks) >= CACHED_BLOCKS:
+                blocks.clear()
+            blocks[data] = (headers[:], added, size)
         return headers
 
     def _decode_literal(self, data: bytes | memoryview, should_index: bool) -> tuple[Any, int]:

@@ -344,12 +344,16 @@ def receive() -> str | None:
 
 
 def hpack() -> str | None:
-    """Repeated literal fields (as nginx sends them), the dynamic table they fill
-    and indices into it, one byte or more, table size updates, and HPACK's errors."""
+    """Repeated literal fields and blocks (as nginx sends them), the dynamic table
+    they fill and indices into it, one byte or more, table size updates, and
+    HPACK's errors."""
     # :status 200; server: nginx (incremental indexing, static name); x-abc: v
-    # (incremental indexing, literal name); x-def: w (never indexed); x-ghi: u
-    # (without indexing).
-    block = b"\x88\x76\x05nginx\x40\x05x-abc\x01v\x10\x05x-def\x01w\x00\x05x-ghi\x01u"
+    # twice (incremental indexing, literal name: the second from the store of
+    # fields); x-def: w (never indexed); x-ghi: u (without indexing). Stream 3's
+    # block is the same: from the store of blocks.
+    block = (
+        b"\x88\x76\x05nginx\x40\x05x-abc\x01v\x40\x05x-abc\x01v\x10\x05x-def\x01w\x00\x05x-ghi\x01u"
+    )
     # 72 more entries in three blocks, so that index 130 (two bytes: 127 + 3) names one.
     many = [b"".join(b"\x40\x04x-%02d\x01v" % i for i in range(n, n + 24)) for n in (0, 24, 48)]
     endings = [
@@ -366,8 +370,8 @@ def hpack() -> str | None:
         for twin in twins:
             twin.frames(HeadersFrame(1, block, flags=["END_HEADERS"]))
             twin.frames(HeadersFrame(3, block, flags=["END_HEADERS"]))
-            # The four dynamic entries, by index: x-abc, server (stream 3's, kept
-            # fields added again), x-abc, server (stream 1's).
+            # Four dynamic entries, by index: x-abc, x-abc, server (stream 3's,
+            # the kept block's entries added again), x-abc (stream 1's).
             twin.frames(
                 HeadersFrame(5, b"\x88\xbe\xbf\xc0\xc1", flags=["END_HEADERS", "END_STREAM"])
             )
@@ -378,7 +382,11 @@ def hpack() -> str | None:
             twin.frames(HeadersFrame(13, many[2], flags=["END_HEADERS"]))
             twin.frames(HeadersFrame(15, b"\x88\xff\x03" + ending, flags=["END_HEADERS"]))
         decoder = fast.conn.decoder
-        if not isinstance(decoder, FieldCachingDecoder) or not decoder.hits:
+        if (
+            not isinstance(decoder, FieldCachingDecoder)
+            or not decoder.hits
+            or not decoder.block_hits
+        ):
             return "h2ping's decoder is not the one h2 decodes with"
         differs = _differs(fast, plain)
         if differs is not None:
