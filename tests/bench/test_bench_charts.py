@@ -214,14 +214,14 @@ def rows() -> dict[str, charts.ChartRow]:
 
 def test_rows_against_go(rows: dict[str, charts.ChartRow]) -> None:
     small = rows["small GETs, 50 conns, req/s"]
-    assert (small.ratio, small.goal_ratio, small.status, small.own) == (1.2, 1.0, "met", False)
+    assert (small.ratio, small.goal_ratio, small.status, small.own) == (1.2, 1.1, "met", False)
     # The other proxies, not Go (the bar) and not the direct peers (no proxy).
     assert [(p.name, p.figure, p.ratio) for p in small.others] == [
         ("nghttpx", 40_000, 0.3),
         ("baseline", 1_000, 12.0),
     ]
     assert charts.describe(small) == (
-        "h2ping 12,000 vs Go 10,000: 1.20x;  goal >= 1.0x Go: met",
+        "h2ping 12,000 vs Go 10,000: 1.20x;  goal >= 1.1x Go: met",
         "vs nghttpx 40,000: 0.30x;  vs baseline 1,000: 12.00x",
     )
 

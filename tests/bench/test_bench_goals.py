@@ -24,14 +24,14 @@ def scenario(errors: dict[str, str] | None = None, **peers: dict) -> dict:
 def fake_results() -> dict:
     sse_go = {"delay_p50_ms": 1.0, "delay_p99_ms": 5.0, "cpu_per_10k_events": 0.1}
     return {
-        "small_50": scenario(go={"req_per_s": 10_000}, h2ping={"req_per_s": 10_500}),
+        "small_50": scenario(go={"req_per_s": 10_000}, h2ping={"req_per_s": 11_500}),
         "latency_1": scenario(
             go={"mean_us": 200.0, "cpu_us_per_req": 100.0},
             h2ping={"mean_us": 300.0, "cpu_us_per_req": 130.0},
         ),
         "sse_1000": scenario(
             go={**sse_go, "full_rate": True},
-            h2ping={"delay_p50_ms": 2.5, "delay_p99_ms": 7.5, "cpu_per_10k_events": None},
+            h2ping={"delay_p50_ms": 0.5, "delay_p99_ms": 7.5, "cpu_per_10k_events": None},
         ),
         "transfer_16m": scenario(
             {"go": "bad transfer: {...}\nmore"},
@@ -61,8 +61,12 @@ def test_every_goal_has_one_row(rows: dict[str, dict]) -> None:
 
 def test_ratio_goals(rows: dict[str, dict]) -> None:
     small = rows["small GETs, 50 conns, req/s"]
-    assert (small["h2ping"], small["go"], small["status"]) == (10_500, 10_000, "met")
-    assert small["ratio"] == pytest.approx(1.05)
+    assert (small["h2ping"], small["go"], small["status"]) == (11_500, 10_000, "met")
+    assert small["ratio"] == pytest.approx(1.15)
+    results = fake_results()
+    results["small_50"]["peers"]["h2ping"]["req_per_s"] = 10_500  # 1.05x: short of 1.1x
+    (row,) = goals.evaluate(results, goals.GOALS[:1])
+    assert row["status"] == "not met"
     assert rows["mean latency, 1 conn, us"]["status"] == "not met"  # 1.5x, goal <= 1.3x
     assert rows["proxy CPU us/req, 1 conn"]["status"] == "met"  # exactly 1.3x: <= holds
 
@@ -75,7 +79,8 @@ def test_strict_threshold(rows: dict[str, dict]) -> None:
 
 def test_difference_goals(rows: dict[str, dict]) -> None:
     p50, p99 = rows["event delay p50 ms, 1,000 streams"], rows["event delay p99 ms, 1,000 streams"]
-    assert (p50["difference"], p50["status"]) == (1.5, "met")
+    assert (p50["difference"], p50["status"]) == (-0.5, "met")
+    assert p50["goal"] == "<= Go"  # the median no later than Go's
     assert (p99["difference"], p99["status"]) == (2.5, "not met")
     assert p99["ratio"] == 1.5
     assert p99["goal"] == "<= Go + 2 ms"
