@@ -20,6 +20,7 @@ from h2ping.http2.windows import (
     ASSUMED_RATE,
     FLOOR_WINDOW,
     PING_SPACING,
+    SIZING_RTT,
     UNMEASURED_WINDOW,
     ReceiveWindow,
     WindowBudget,
@@ -77,6 +78,21 @@ def test_the_preface_announces_the_floor_and_its_ping_sizes_the_window() -> None
     assert (short.size, short.extra) == (FLOOR_WINDOW, 0)
     far, _ = measured(1.0)  # never past the cap
     assert far.size == CAP
+
+
+def test_a_short_links_preface_round_trip_leaves_the_window_at_the_floor() -> None:
+    """On loopback the preface's PING came back after 1.3 ms, the server's work on
+    a new connection (its session tickets, its SETTINGS) and not the link's 0.3
+    ms: sized from it, the window would be 208 KB, all of it ahead of any other
+    response. Below SIZING_RTT the floor stays until the samples say more."""
+    window, clock = measured(0.0013)
+    assert (window.size, window.extra) == (FLOOR_WINDOW, 0)
+    assert window.rtt == pytest.approx(0.0013)
+    # What the link shows it needs still grows it: a full window at its least round trip.
+    assert sample(window, clock, window.size, rtt=0.0009)
+    assert window.size == 2 * FLOOR_WINDOW
+    at_least, _ = measured(SIZING_RTT)
+    assert at_least.size == int(SIZING_RTT * ASSUMED_RATE)
 
 
 def test_a_window_that_holds_the_link_back_grows_to_twice_what_the_link_holds() -> None:
