@@ -10,13 +10,13 @@ as gRPC's bandwidth-delay-product estimator does:
 - The preface announces :data:`FLOOR_WINDOW` and carries a PING. Its ACK gives
   the link's round trip, and the window becomes what :data:`ASSUMED_RATE` moves
   in it: a stream is not held back before the link has shown what it carries.
-  That round trip also holds the server's work on a new connection (its TLS
-  session tickets, its SETTINGS), which on a short link is most of it: 1.3 ms
-  on loopback where the link's round trip is 0.3 ms, a window of 208 KB where
-  128 KiB is already more than the link holds, all of it ahead of any other
-  response. So the preface's round trip sizes the window only from
-  :data:`SIZING_RTT` on; below, the window starts at the floor and grows as the
-  samples below show the link needs.
+  That round trip also holds what the server does first on a new connection
+  (its TLS session tickets and its own SETTINGS go out before the ACK), which
+  on a short link is most of it: 1.3 ms measured on loopback where the PINGs
+  after it saw 0.3 ms, a window of 208 KB where 128 KiB is already more than
+  the link holds, all of it ahead of any other response. So the preface's
+  round trip sizes the window only from :data:`SIZING_RTT` on; below, the
+  window starts at the floor and grows as the samples below show the link needs.
 - While responses flow (a quarter of a window read since the last PING), one
   PING at a time, at most one per :data:`PING_SPACING`, counts the bytes that
   arrive before its ACK. When they fill two thirds of the window, the window may
@@ -53,8 +53,8 @@ UNMEASURED_WINDOW = 4 * 1024 * 1024
 #: Bytes per second a stream is assumed to move until the link shows more: the
 #: first window is the round trip times this (4.8 MB at 30 ms, 12.8 MB at 80 ms).
 ASSUMED_RATE = 160_000_000
-#: The least preface round trip that sizes the window (see the module): a link
-#: shorter than this starts at the floor, a few of its round trips from a sample.
+#: The least preface round trip that sizes the window (see the module): a
+#: shorter link starts at the floor, and its samples grow it a few round trips on.
 SIZING_RTT = 0.005
 #: At most one measuring PING this often, so a short link is not flooded with
 #: PINGs for as long as data flows (on a long one, one per round trip).

@@ -81,10 +81,11 @@ def test_the_preface_announces_the_floor_and_its_ping_sizes_the_window() -> None
 
 
 def test_a_short_links_preface_round_trip_leaves_the_window_at_the_floor() -> None:
-    """On loopback the preface's PING came back after 1.3 ms, the server's work on
-    a new connection (its session tickets, its SETTINGS) and not the link's 0.3
-    ms: sized from it, the window would be 208 KB, all of it ahead of any other
-    response. Below SIZING_RTT the floor stays until the samples say more."""
+    """On loopback the preface's PING came back after 1.3 ms, mostly what the
+    server does first on a new connection (session tickets, its SETTINGS), where
+    the PINGs after it saw 0.3 ms: sized from it, the window would be 208 KB, all
+    of it ahead of any other response. Below SIZING_RTT the floor stays until
+    the samples say more."""
     window, clock = measured(0.0013)
     assert (window.size, window.extra) == (FLOOR_WINDOW, 0)
     assert window.rtt == pytest.approx(0.0013)
