@@ -167,8 +167,8 @@ class TLSLayer(asyncio.BufferedProtocol):
         elif self._state is _OPEN:
             if not self._app_paused:
                 self._deliver()
-            elif not self._tcp_paused and self._incoming.pending > TCP_READ_SIZE:
-                self._pause_tcp()  # enough waits here: the rest waits in the kernel
+            else:
+                self._pause_tcp_when_full()
 
     def eof_received(self) -> bool:
         return False  # the transport closes; connection_lost hands over what is left
@@ -270,8 +270,8 @@ class TLSLayer(asyncio.BufferedProtocol):
         self._send_outgoing()  # what reading produced: a KeyUpdate's answer
         if peer_closed and self._tcp is not None:
             self._tcp.close()  # connection_lost follows, with nothing left to hand over
-        elif self._app_paused and not self._tcp_paused and self._incoming.pending > TCP_READ_SIZE:
-            self._pause_tcp()
+        elif self._app_paused:
+            self._pause_tcp_when_full()
 
     def _send_outgoing(self) -> None:
         if self._outgoing.pending and self._tcp is not None and not self._tcp.is_closing():
@@ -282,6 +282,12 @@ class TLSLayer(asyncio.BufferedProtocol):
         self._error = exc
         if self._tcp is not None:
             self._tcp.abort()
+
+    def _pause_tcp_when_full(self) -> None:
+        """The protocol pauses: once more than a read's worth waits here, the rest
+        waits in the kernel."""
+        if not self._tcp_paused and self._incoming.pending > TCP_READ_SIZE:
+            self._pause_tcp()
 
     def _pause_tcp(self) -> None:
         self._tcp_paused = True
