@@ -8,7 +8,8 @@ Runs h2ping in this process (pinned to core 0, as bench/run.py pins a proxy), th
 load on core 1: for ``sse_500`` / ``sse_1000`` the streaming origin (one DATA frame,
 one TLS record per 64-byte event) and client of the streaming scenario; for
 ``latency_1`` / ``small_50`` nginx and h2load (``/tiny``, 1 or 50 connections);
-for ``download_16m`` nginx and curl, 16 MiB downloads one after the other.
+for ``download_16m`` nginx and curl, 16 MiB downloads one after the other
+(nginx pinned there too: bench/run.py leaves it to float).
 It reads this process's CPU time over the client's counting window and divides by
 the events (or requests) counted there: the figure bench/run.py reports as CPU per
 10,000 events or per request, without the other proxies.
@@ -132,7 +133,7 @@ async def _sse(args: argparse.Namespace, tmp: Path, procs: Procs) -> dict[str, A
 
 async def _h2load(args: argparse.Namespace, tmp: Path, procs: Procs) -> dict[str, Any]:
     clients = H2LOAD_CASES[args.case]
-    origin = start_origin(procs, tmp)
+    origin = start_origin(procs, tmp, cpu=LOAD_CPU)
     async with _proxy(origin.https_url, origin.ca_path, _lag_interval(args)) as proxy:
         url = f"http://127.0.0.1:{proxy.port}/tiny"
         warm = ["taskset", "-c", str(LOAD_CPU), "h2load", "--h1", "-c", "1", "-n", "200", url]
@@ -155,7 +156,7 @@ async def _h2load(args: argparse.Namespace, tmp: Path, procs: Procs) -> dict[str
 
 
 async def _curl(args: argparse.Namespace, tmp: Path, procs: Procs) -> dict[str, Any]:
-    origin = start_origin(procs, tmp)
+    origin = start_origin(procs, tmp, cpu=LOAD_CPU)
     go = _Go(procs, origin.https_url, origin.ca_path) if args.peer == "go" else None
     async with (
         _proxy(origin.https_url, origin.ca_path, _lag_interval(args))

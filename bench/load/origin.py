@@ -131,10 +131,15 @@ def write_certs(tmp: Path) -> Path:
 
 
 def start_origin(
-    procs: Procs, tmp: Path, max_streams: int = 1024, access_log: Path | None = None
+    procs: Procs,
+    tmp: Path,
+    max_streams: int = 1024,
+    access_log: Path | None = None,
+    cpu: int | None = None,
 ) -> Origin:
     """Start nginx; ``access_log`` logs each request's path, X-Request-Id, status and
-    body size there (one line each), else nothing is logged."""
+    body size there (one line each), else nothing is logged; ``cpu``: the core its
+    processes are pinned to (None: they float)."""
     ca_path = write_certs(tmp)
     www = tmp / "www"
     www.mkdir()
@@ -161,7 +166,7 @@ def start_origin(
     if nginx is None:
         raise BenchError("nginx not found (Debian package nginx)")
     argv = [nginx, "-p", str(tmp), "-c", str(conf), "-e", str(tmp / "nginx-error.log")]
-    proc = procs.start("nginx", [*argv, "-g", "daemon off;"])
+    proc = procs.start("nginx", [*argv, "-g", "daemon off;"], cpu=cpu)
     wait_port(tls_port, proc)
     wait_port(h1_port, proc)
     return Origin(tls_port, h1_port, ca_path, proc.pid)
