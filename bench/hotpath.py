@@ -9,7 +9,7 @@ load on core 1: for ``sse_500`` / ``sse_1000`` the streaming origin (one DATA fr
 one TLS record per 64-byte event) and client of the streaming scenario; for
 ``latency_1`` / ``small_50`` nginx and h2load (``/tiny``, 1 or 50 connections);
 for ``download_16m`` nginx and curl, 16 MiB downloads one after the other
-(nginx pinned there too: bench/run.py leaves it to float).
+(nginx pinned there too, as bench/run.py pins it).
 It reads this process's CPU time over the client's counting window and divides by
 the events (or requests) counted there: the figure bench/run.py reports as CPU per
 10,000 events or per request, without the other proxies.

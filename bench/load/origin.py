@@ -12,7 +12,10 @@ Locations:
 
 from __future__ import annotations
 
+import contextlib
+import os
 import resource
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,6 +119,29 @@ class Origin:
     @property
     def https_url(self) -> str:
         return f"https://127.0.0.1:{self.tls_port}"
+
+    def pin(self, cpus: Iterable[int] | None) -> None:
+        """Move nginx's processes (master and workers) to ``cpus``; None: every
+        core this process may use (they float)."""
+        cores = set(os.sched_getaffinity(0) if cpus is None else cpus)
+        for pid in (self.pid, *_children(self.pid)):
+            with contextlib.suppress(ProcessLookupError):  # a worker gone meanwhile
+                os.sched_setaffinity(pid, cores)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes ``pid`` started (nginx's workers), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry.name))
+    return found
 
 
 def write_certs(tmp: Path) -> Path:

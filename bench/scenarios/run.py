@@ -239,13 +239,16 @@ def run_scenarios(
 ) -> dict[str, Any]:
     # Imported here so that a missing module is reported by check_tools, not a traceback.
     from common.procs import Procs
+    from load.generators import LOAD_CPU
     from load.origin import start_origin
     from report import tables
     from scenarios import streaming, suite
 
     procs = Procs(tmp)
     try:
-        origin = start_origin(procs, tmp)
+        # On the load's core: left to float, nginx ran on the proxy's core beside
+        # it (the kernel wakes a loopback receiver where its sender runs).
+        origin = start_origin(procs, tmp, cpu=LOAD_CPU)
         bench = suite.Bench(procs, origin, tmp, args.quick, peers, args.rounds)
         n = args.inflight_n or (1000 if args.quick else 10_000)
         seconds = args.inflight_seconds or (10 if args.quick else 60)

@@ -273,9 +273,13 @@ def workers(bench: Bench) -> dict[str, Any]:
         "pinning": pinning,
         "h2ping_loop_lag_interval": LAG_INTERVAL,
     }
-    figures, errors = _each_peer(
-        bench, "workers", names, run, start=start, keys=("req_per_s", "cpu_us_per_req")
-    )
+    bench.origin.pin(None)  # nginx floats here, as the proxy's processes and h2load do
+    try:
+        figures, errors = _each_peer(
+            bench, "workers", names, run, start=start, keys=("req_per_s", "cpu_us_per_req")
+        )
+    finally:
+        bench.origin.pin({LOAD_CPU})
     one = figures.get("h2ping-w1", {}).get("req_per_s")
     go = figures.get("go", {}).get("req_per_s")
     go_cpu = figures.get("go", {}).get("cpu_us_per_req")
