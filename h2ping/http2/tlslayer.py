@@ -22,6 +22,12 @@ Here an ``ssl.SSLObject`` works over a pair of memory BIOs, and the rules are:
   read.)
 - When the connection ends (FIN, close_notify, reset), whatever TLS still holds
   is handed over first, paused or not, then ``connection_lost``.
+- A reset ends the connection with bytes still unread in the kernel when a
+  write meets it first (the loop's transport closes on the write's error,
+  whether reading was paused or not): a server that sends its last responses
+  and closes, and then gets our WINDOW_UPDATE, answers it with a reset. So the
+  layer keeps a second descriptor of the socket, and on a lost connection reads
+  what the kernel still holds through it before handing everything over.
 
 What this assumes of the loop's TCP transport (asyncio's and uvloop's; tested on
 both): a buffered protocol's ``buffer_updated`` calls come in stream order;
@@ -34,6 +40,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import os
+import socket
 import ssl
 import sys
 from typing import Any
@@ -144,6 +152,7 @@ class TLSLayer(asyncio.BufferedProtocol):
         self.handshake: asyncio.Future[None] = self._loop.create_future()
         self._state = _HANDSHAKE
         self._tcp: asyncio.Transport | None = None
+        self._spare: socket.socket | None = None  # the TCP socket's second descriptor
         self._read_buffer = memoryview(bytearray(TCP_READ_SIZE))
         self._app_paused = False
         self._tcp_paused = False
@@ -155,6 +164,7 @@ class TLSLayer(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._tcp = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
+        self._spare = _second_descriptor(transport)
         self._step_handshake()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -175,6 +185,11 @@ class TLSLayer(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         state, self._state = self._state, _CLOSED
+        if state is _OPEN and isinstance(exc, OSError):
+            self._read_what_the_kernel_holds()
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
         if self._tunnel is not None and not self._close_notified and self._error is None:
             # No goodbye in TLS: the tunnel ended (a proxy's idle timer), not the server.
             exc = tunnel_lost(self._tunnel, exc, during_handshake=not self._app_connected)
@@ -195,6 +210,22 @@ class TLSLayer(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         if self._app_connected:
             self._app.resume_writing()
+
+    def _read_what_the_kernel_holds(self) -> None:
+        """After a reset the kernel still gives the bytes that came before it, in
+        order, then the error: read them into TLS's incoming buffer (at most the
+        socket's receive buffer)."""
+        spare, buffer = self._spare, self._read_buffer
+        if spare is None:
+            return
+        while True:
+            try:
+                count = spare.recv_into(buffer)
+            except OSError:  # nothing more now, or the reset itself: the end
+                return
+            if not count:
+                return
+            self._incoming.write(buffer[:count])
 
     # --------------------------------------------------------------- TLS itself
 
@@ -366,6 +397,21 @@ class TLSLayer(asyncio.BufferedProtocol):
 
     def _app_is_closing(self) -> bool:
         return self._state is not _OPEN or self._tcp is None or self._tcp.is_closing()
+
+
+def _second_descriptor(transport: asyncio.BaseTransport) -> socket.socket | None:
+    """A descriptor of the transport's socket of our own (None where it has none,
+    or none is left): the socket lives, with what its kernel holds, until both
+    are closed."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return None
+    try:
+        spare = socket.socket(fileno=os.dup(sock.fileno()))
+    except OSError:
+        return None
+    spare.setblocking(False)  # (the loop's is already: they share the flag)
+    return spare
 
 
 #: A layer's protocol once its connection is lost: the layer lets go of the real

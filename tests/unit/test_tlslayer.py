@@ -428,3 +428,49 @@ def test_sessions_are_read_once_per_full_handshake_where_reading_leaks(
     assert resumed == [False, True, True, True, True, False, True, True]
     # Where reading leaks, one read after each full handshake; elsewhere one per dial.
     assert _CountedReads.reads == (2 if reads_leak else 7)
+
+
+async def test_a_write_that_meets_a_reset_loses_no_byte_read_before_it(tls: TLSFiles) -> None:
+    """A server sends its last bytes and resets (as one that closed does when our
+    WINDOW_UPDATE reaches it): our next write fails, and the loop's transport
+    ends the connection with those bytes unread in the kernel. Every one of them
+    still reaches the protocol, before connection_lost."""
+    loop = asyncio.get_running_loop()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(tls.cert_file, tls.key_file)
+    client_context = ssl.create_default_context(cafile=tls.ca_file)
+    listener = socket.create_server(("127.0.0.1", 0))
+    sent = asyncio.Event()
+
+    payload = PAYLOAD  # more than the layer reads while its protocol pauses
+
+    def serve() -> None:
+        raw, _ = listener.accept()
+        with server_context.wrap_socket(raw, server_side=True) as server:
+            server.sendall(payload)
+            close_with_reset(server)
+        loop.call_soon_threadsafe(sent.set)
+
+    with listener:
+        serving = loop.run_in_executor(None, serve)
+        app = App(buffer_size=16384, pause_after=1)
+        layer = TLSLayer(app, client_context, "127.0.0.1")
+        client = socket.socket()
+        # Room in our kernel for every byte the layer leaves there: the server's
+        # send, and so its reset, never wait for our reads.
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * len(payload))
+        client.setblocking(False)
+        await loop.sock_connect(client, listener.getsockname())
+        await loop.create_connection(lambda: layer, sock=client)
+        await asyncio.wait_for(layer.handshake, 5)
+        await asyncio.wait_for(sent.wait(), 5)
+        await asyncio.sleep(0.2)  # the reset is in our kernel, behind the bytes
+        assert app.transport is not None and len(app.received) < len(payload)
+        app.transport.write(b"a WINDOW_UPDATE")
+        for _ in range(100):
+            if app.lost:
+                break
+            await asyncio.sleep(0.01)
+        await serving
+    assert len(app.lost) == 1 and isinstance(app.lost[0], ConnectionResetError)
+    assert app.received == payload
