@@ -25,14 +25,16 @@ Here an ``ssl.SSLObject`` works over a pair of memory BIOs, and the rules are:
 - A reset ends the connection with bytes still unread in the kernel when a
   write meets it first (the loop's transport closes on the write's error,
   whether reading was paused or not): a server that sends its last responses
-  and closes, and then gets our WINDOW_UPDATE, answers it with a reset. So the
-  layer keeps a second descriptor of the socket, and on a lost connection reads
-  what the kernel still holds through it before handing everything over.
+  and closes, and then gets our WINDOW_UPDATE, answers it with a reset. So on a
+  connection lost to an error, the layer reads what the kernel still holds
+  from the socket itself (still open then, and checked to be the same socket)
+  before handing everything over.
 
 What this assumes of the loop's TCP transport (asyncio's and uvloop's; tested on
 both): a buffered protocol's ``buffer_updated`` calls come in stream order;
 ``eof_received`` comes after the last byte and never while reading is paused;
-``pause_reading()`` called inside ``buffer_updated`` holds back the next read.
+``pause_reading()`` called inside ``buffer_updated`` holds back the next read;
+``connection_lost`` comes before the transport closes its socket.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ import asyncio
 import contextlib
 import enum
 import os
-import socket
 import ssl
 import sys
 from typing import Any
@@ -152,7 +153,7 @@ class TLSLayer(asyncio.BufferedProtocol):
         self.handshake: asyncio.Future[None] = self._loop.create_future()
         self._state = _HANDSHAKE
         self._tcp: asyncio.Transport | None = None
-        self._spare: socket.socket | None = None  # the TCP socket's second descriptor
+        self._socket: tuple[int, int] | None = None  # the TCP socket: descriptor, inode
         self._read_buffer = memoryview(bytearray(TCP_READ_SIZE))
         self._app_paused = False
         self._tcp_paused = False
@@ -164,7 +165,7 @@ class TLSLayer(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._tcp = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
-        self._spare = _second_descriptor(transport)
+        self._socket = _identity(transport)
         self._step_handshake()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -187,9 +188,6 @@ class TLSLayer(asyncio.BufferedProtocol):
         state, self._state = self._state, _CLOSED
         if state is _OPEN and isinstance(exc, OSError):
             self._read_what_the_kernel_holds()
-        if self._spare is not None:
-            self._spare.close()
-            self._spare = None
         if self._tunnel is not None and not self._close_notified and self._error is None:
             # No goodbye in TLS: the tunnel ended (a proxy's idle timer), not the server.
             exc = tunnel_lost(self._tunnel, exc, during_handshake=not self._app_connected)
@@ -214,18 +212,18 @@ class TLSLayer(asyncio.BufferedProtocol):
     def _read_what_the_kernel_holds(self) -> None:
         """After a reset the kernel still gives the bytes that came before it, in
         order, then the error: read them into TLS's incoming buffer (at most the
-        socket's receive buffer)."""
-        spare, buffer = self._spare, self._read_buffer
-        if spare is None:
+        socket's receive buffer). Only from the socket the connection was made
+        on: a descriptor closed and reused meanwhile is another file."""
+        if self._socket is None:
             return
-        while True:
-            try:
-                count = spare.recv_into(buffer)
-            except OSError:  # nothing more now, or the reset itself: the end
+        fd, inode = self._socket
+        try:
+            if os.fstat(fd).st_ino != inode:
                 return
-            if not count:
-                return
-            self._incoming.write(buffer[:count])
+            while data := os.read(fd, TCP_READ_SIZE):
+                self._incoming.write(data)
+        except OSError:  # nothing more now (non-blocking), or the reset itself: the end
+            return
 
     # --------------------------------------------------------------- TLS itself
 
@@ -399,19 +397,16 @@ class TLSLayer(asyncio.BufferedProtocol):
         return self._state is not _OPEN or self._tcp is None or self._tcp.is_closing()
 
 
-def _second_descriptor(transport: asyncio.BaseTransport) -> socket.socket | None:
-    """A descriptor of the transport's socket of our own (None where it has none,
-    or none is left): the socket lives, with what its kernel holds, until both
-    are closed."""
+def _identity(transport: asyncio.BaseTransport) -> tuple[int, int] | None:
+    """The transport's socket as (descriptor, inode), or None where it has none."""
     sock = transport.get_extra_info("socket")
     if sock is None:
         return None
     try:
-        spare = socket.socket(fileno=os.dup(sock.fileno()))
-    except OSError:
+        fd = sock.fileno()
+        return fd, os.fstat(fd).st_ino
+    except (OSError, ValueError):
         return None
-    spare.setblocking(False)  # (the loop's is already: they share the flag)
-    return spare
 
 
 #: A layer's protocol once its connection is lost: the layer lets go of the real

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import ssl
 
@@ -103,13 +104,17 @@ def feed(layer: TLSLayer, data: bytes) -> int:
 
 
 async def connected(
-    tls: TLSFiles, app: App, context: ssl.SSLContext | None = None, tunnel: str | None = None
+    tls: TLSFiles,
+    app: App,
+    context: ssl.SSLContext | None = None,
+    tunnel: str | None = None,
+    tcp: FakeTransport | None = None,
 ) -> tuple[TLSLayer, FakeTransport, Server]:
     if context is None:
         context = ssl.create_default_context(cafile=tls.ca_file)
         context.set_alpn_protocols(["h2"])
     layer = TLSLayer(app, context, "127.0.0.1", tunnel=tunnel)
-    tcp = FakeTransport(strict=False)
+    tcp = FakeTransport(strict=False) if tcp is None else tcp
     layer.connection_made(tcp)
     server = Server(tls)
     server.handshake(tcp, layer)
@@ -246,6 +251,51 @@ async def test_a_reset_after_the_last_bytes_loses_none(tls: TLSFiles) -> None:
     layer.connection_lost(reset)
     assert app.received == PAYLOAD
     assert app.lost == [reset]
+
+
+class SocketTransport(FakeTransport):
+    """A fake TCP transport that names a real socket as its own: what the kernel
+    holds is what was sent on the other end of the pair."""
+
+    def __init__(self) -> None:
+        super().__init__(strict=False)
+        self.sock, self.peer = socket.socketpair()
+        self.sock.setblocking(False)
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return self.sock if name == "socket" else default
+
+
+async def test_a_reset_hands_over_what_the_kernel_still_holds(tls: TLSFiles) -> None:
+    app = App(buffer_size=16384, pause_after=1)
+    tcp = SocketTransport()
+    with tcp.sock, tcp.peer:
+        layer, _, server = await connected(tls, app, tcp=tcp)
+        wire = server.send(PAYLOAD)
+        held = len(wire) - 64_000  # read before the end; the rest in the kernel
+        feed(layer, wire[:held])
+        tcp.peer.sendall(wire[held:])
+        layer.connection_lost(ConnectionResetError(104, "Connection reset by peer"))
+    assert app.received == PAYLOAD
+
+
+async def test_a_descriptor_reused_by_another_file_is_not_read(tls: TLSFiles) -> None:
+    app = App(buffer_size=16384, pause_after=1)
+    tcp = SocketTransport()
+    with tcp.sock, tcp.peer:
+        layer, _, server = await connected(tls, app, tcp=tcp)
+        wire = server.send(PAYLOAD)
+        held = len(wire) - 64_000
+        feed(layer, wire[:held])
+        read_end, write_end = os.pipe()
+        os.write(write_end, wire[held:])
+        os.dup2(read_end, tcp.sock.fileno())  # the number now names a pipe
+        os.close(read_end)
+        os.close(write_end)
+        layer.connection_lost(ConnectionResetError(104, "Connection reset by peer"))
+    assert 0 < len(app.received) < len(PAYLOAD)
+    assert app.received == PAYLOAD[: len(app.received)]
+    assert len(app.lost) == 1
 
 
 async def test_the_protocol_closing_stops_delivery(tls: TLSFiles) -> None:
