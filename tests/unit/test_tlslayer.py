@@ -266,36 +266,42 @@ class SocketTransport(FakeTransport):
         return self.sock if name == "socket" else default
 
 
-async def test_a_reset_hands_over_what_the_kernel_still_holds(tls: TLSFiles) -> None:
+RESET = ConnectionResetError(104, "Connection reset by peer")
+
+
+async def read_but_the_last(tls: TLSFiles, tcp: SocketTransport) -> tuple[TLSLayer, App, bytes]:
+    """A paused protocol's layer that read all of PAYLOAD's records but their last
+    64,000 bytes, which it returns: what the kernel would still hold."""
     app = App(buffer_size=16384, pause_after=1)
+    layer, _, server = await connected(tls, app, tcp=tcp)
+    wire = server.send(PAYLOAD)
+    held = len(wire) - 64_000
+    feed(layer, wire[:held])
+    return layer, app, wire[held:]
+
+
+async def test_a_reset_hands_over_what_the_kernel_still_holds(tls: TLSFiles) -> None:
     tcp = SocketTransport()
     with tcp.sock, tcp.peer:
-        layer, _, server = await connected(tls, app, tcp=tcp)
-        wire = server.send(PAYLOAD)
-        held = len(wire) - 64_000  # read before the end; the rest in the kernel
-        feed(layer, wire[:held])
-        tcp.peer.sendall(wire[held:])
-        layer.connection_lost(ConnectionResetError(104, "Connection reset by peer"))
+        layer, app, rest = await read_but_the_last(tls, tcp)
+        tcp.peer.sendall(rest)
+        layer.connection_lost(RESET)
     assert app.received == PAYLOAD
 
 
 async def test_a_descriptor_reused_by_another_file_is_not_read(tls: TLSFiles) -> None:
-    app = App(buffer_size=16384, pause_after=1)
     tcp = SocketTransport()
     with tcp.sock, tcp.peer:
-        layer, _, server = await connected(tls, app, tcp=tcp)
-        wire = server.send(PAYLOAD)
-        held = len(wire) - 64_000
-        feed(layer, wire[:held])
+        layer, app, rest = await read_but_the_last(tls, tcp)
         read_end, write_end = os.pipe()
-        os.write(write_end, wire[held:])
+        os.write(write_end, rest)
         os.dup2(read_end, tcp.sock.fileno())  # the number now names a pipe
         os.close(read_end)
         os.close(write_end)
-        layer.connection_lost(ConnectionResetError(104, "Connection reset by peer"))
+        layer.connection_lost(RESET)
     assert 0 < len(app.received) < len(PAYLOAD)
     assert app.received == PAYLOAD[: len(app.received)]
-    assert len(app.lost) == 1
+    assert app.lost == [RESET]
 
 
 async def test_the_protocol_closing_stops_delivery(tls: TLSFiles) -> None:
