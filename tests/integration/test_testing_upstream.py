@@ -78,6 +78,8 @@ class Client:
                     self.events += self._receive(is_goaway, piece)
                 self.flush()
                 self._wake()
+        except ConnectionResetError:
+            pass  # the server's drop may come as a reset: closed all the same
         finally:
             self.closed = True
             self._wake()
