@@ -162,7 +162,8 @@ def wait_port(port: int, proc: Proc, timeout: float = 20.0) -> None:
     )
 
 
-def _children(pid: int) -> list[int]:
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (its direct children), from /proc."""
     kids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -186,7 +187,7 @@ def tree_rss_kib(pid: int) -> int:
             for line in Path(f"/proc/{current}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
-            todo.extend(_children(current))
+            todo.extend(children(current))
     return total
 
 
@@ -200,7 +201,7 @@ def tree_cpu_seconds(pid: int) -> float:
         with contextlib.suppress(OSError):
             fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])  # after ')': state is field 3
-            todo.extend(_children(current))
+            todo.extend(children(current))
     return total / tick
 
 
@@ -213,7 +214,7 @@ def tree_cpu_clock(pid: int) -> float:
         current = todo.pop()
         with contextlib.suppress(OSError):  # vanished
             total += time.clock_gettime(_process_cpu_clock(current))
-            todo.extend(_children(current))
+            todo.extend(children(current))
     return total
 
 
@@ -229,7 +230,7 @@ def tcp_connections_to(pid: int, port: int) -> int:
                     link = os.readlink(f"/proc/{current}/fd/{fd}")
                     if link.startswith("socket:["):
                         sockets.add(link[8:-1])
-            todo.extend(_children(current))
+            todo.extend(children(current))
     count = 0
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         # sl local_address rem_address st ... inode (the 10th field); 01 = ESTABLISHED

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import trustme
 
-from common.procs import BenchError, Procs, find_tool, free_port, wait_port
+from common.procs import BenchError, Procs, children, find_tool, free_port, wait_port
 
 ECHO_MODULE = Path("/usr/lib/nginx/modules/ngx_http_echo_module.so")
 
@@ -124,24 +124,9 @@ class Origin:
         """Move nginx's processes (master and workers) to ``cpus``; None: every
         core this process may use (they float)."""
         cores = set(os.sched_getaffinity(0) if cpus is None else cpus)
-        for pid in (self.pid, *_children(self.pid)):
+        for pid in (self.pid, *children(self.pid)):
             with contextlib.suppress(ProcessLookupError):  # a worker gone meanwhile
                 os.sched_setaffinity(pid, cores)
-
-
-def _children(pid: int) -> list[int]:
-    """The processes ``pid`` started (nginx's workers), from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
 
 
 def write_certs(tmp: Path) -> Path:

@@ -31,8 +31,8 @@ from common.procs import (
     BENCH_DIR,
     BenchError,
     Procs,
-    _children,
     bench_module,
+    children,
     free_port,
     raise_nofile,
     tree_cpu_seconds,
@@ -177,7 +177,7 @@ def runqueue_wait(pid: int) -> dict[int, float]:
     """Per process of the proxy (the worker processes, or the one), the seconds it
     has spent runnable but waiting for a core (``/proc/PID/schedstat``)."""
     waited = {}
-    for each in [pid, *_children(pid)]:
+    for each in [pid, *children(pid)]:
         try:
             fields = Path(f"/proc/{each}/schedstat").read_text().split()
         except OSError:
